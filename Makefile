@@ -1,0 +1,28 @@
+# Two commands do all the set-up: `make reproduce` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: install reproduce test bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+install: $(STAMP)
+
+reproduce: install
+	$(PY) -m experiments.reproduce --preset=quick --workdir=results
+
+test: install
+	$(PY) -m pytest -q tests
+
+bench: install
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+	$(PY) -m experiments.benchmarks.kernel_ridge
+
+clean:
+	rm -rf $(VENV) results/REPORT.md results/*.png
