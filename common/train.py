@@ -1,0 +1,467 @@
+"""The one training loop every method that trains uses.
+
+`train(init_fn=..., loss_fn=..., batch_fn=..., optimizer=..., config=..., workdir=...)`
+runs `config.num_steps` optimizer updates of
+
+    (loss, metrics), g = value_and_grad(loss_fn)(params, batch_fn(seed, s), fold_in(key, s))
+    params, opt_state = optax update of (g, opt_state, params)
+
+as one jit-compiled step that donates its state. Parameters are created by a
+jitted init whose outputs are pinned replicated on a `jax.sharding.Mesh` (shapes
+for restoring come from `eval_shape`), batches are split over the mesh `data`
+axis, so the same code runs on 1 CPU, N fake CPU devices, GPUs and TPU pods
+(multi-host with `config.distributed`). The init and step are jitted once at
+module level with the user's functions, optimizer and mesh as static arguments:
+calling `train` again with the same objects (resuming in a notebook) reuses the
+compiled code.
+
+Steps are numbered from 0: update `s` consumes `batch_fn(config.seed, s)` and
+`fold_in(key, s)`, logs its metrics under step `s`, and turns `state.step` from
+`s` into `s + 1`. A checkpoint filed under step `k` holds the state with
+`state.step == k`, i.e. ready to run update `k`.
+
+Rerunning with the same workdir resumes from the newest checkpoint in
+`workdir/checkpoints`; because batches and per-step keys are pure functions of
+(seed, step), a killed-and-resumed run ends with exactly the parameters of an
+uninterrupted one. A non-finite loss, metric or state stops the run with
+`NonFiniteError` before it can be checkpointed.
+
+Example:
+    >>> model = MLP((32, 1))
+    >>> def loss_fn(params, batch, key):
+    ...   err = model.apply(params, batch["x"]) - batch["y"]
+    ...   return jnp.mean(err ** 2), {}
+    >>> config = default_train_config()
+    >>> config.num_steps, config.batch_size = 100, 32
+    >>> result = train(
+    ...     init_fn=lambda key: model.init(key, jnp.zeros((1, 4))),
+    ...     loss_fn=loss_fn,
+    ...     batch_fn=lambda seed, step: regression_batch(seed, step, 32, 4),
+    ...     optimizer=optax.adam(1e-2), config=config, workdir="/tmp/run")
+    >>> result.history[-1]["loss"]
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+import os
+import types
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import tqdm
+from absl import logging
+
+from common import checkpoint
+from common.metrics import MetricsWriter
+from common.sharding import (DATA_AXIS, make_mesh, maybe_initialize_distributed,
+                             replicated_sharding, shard_batch)
+
+CHECKPOINT_SUBDIR = "checkpoints"
+
+
+class TrainState(NamedTuple):
+  """Everything a step updates: the step counter, parameters and optimizer state.
+
+  Attributes:
+    step: int32 scalar, the number of updates applied so far.
+    params: the parameter pytree, as returned by `init_fn`.
+    opt_state: the optax state of `params`.
+  """
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+class TrainResult(NamedTuple):
+  """What `train` returns.
+
+  Attributes:
+    state: the final `TrainState` (replicated over the mesh).
+    history: one dict per logged step of this call, `{"step": s, "loss": ...,
+      "grad_norm": ..., **metrics}` with Python floats.
+  """
+  state: TrainState
+  history: list[dict[str, float]]
+
+
+class NonFiniteError(FloatingPointError):
+  """A loss, metric or parameter became NaN or infinite; the run stopped unsaved.
+
+  Attributes:
+    step: the update (0-based) that produced the value.
+    name: the metric name, or "state" for the parameters / optimizer state.
+    value: the offending value.
+  """
+
+  def __init__(self, step: int, name: str, value: float):
+    self.step, self.name, self.value = step, name, value
+    super().__init__(f"non-finite {name}={value} at step {step}; stopped before "
+                     "checkpointing it (earlier checkpoints are intact)")
+
+
+def default_train_config() -> ml_collections.ConfigDict:
+  """Returns the loop's settings with defaults (locked: a misspelt key fails).
+
+  Keys:
+    num_steps: total number of updates (>= 1); a resumed run continues to it.
+    seed: seeds parameter init, the per-step loss keys and `batch_fn` (>= 0).
+    batch_size: global batch size (>= 1), divisible by the mesh `data` size;
+      every batch from `batch_fn` must have this leading size.
+    checkpoint_every: save every this many updates (>= 0; 0 = only at the end).
+    keep_checkpoints: how many of the newest checkpoints to retain (>= 1).
+    log_every: log metrics at steps s with s % log_every == 0, and the last (>= 1).
+    progress_bar: show a tqdm bar with the live loss.
+    distributed: call `jax.distributed.initialize()` first (multi-host runs).
+    nan_guard: check loss, metrics and state after every update (one small
+      device-to-host transfer per step) and raise `NonFiniteError` at the first
+      non-finite one. Off, they are checked only at log and checkpoint steps and
+      a non-finite state is never saved.
+    mesh_shape: mesh axis sizes for `make_mesh` (-1 = all devices left), used
+      when `train` gets no mesh.
+
+  Returns:
+    A locked `ml_collections.ConfigDict`.
+  """
+  config = ml_collections.ConfigDict()
+  config.num_steps = 1000
+  config.seed = 0
+  config.batch_size = 128
+  config.checkpoint_every = 1000
+  config.keep_checkpoints = 3
+  config.log_every = 100
+  config.progress_bar = True
+  config.distributed = False
+  config.nan_guard = True
+  config.mesh_shape = (-1,)
+  config.lock()
+  return config
+
+
+_INT_KEYS = (("num_steps", 1), ("seed", 0), ("batch_size", 1), ("checkpoint_every", 0),
+             ("keep_checkpoints", 1), ("log_every", 1))
+_BOOL_KEYS = ("progress_bar", "distributed", "nan_guard")
+_ALL_KEYS = (*(key for key, _ in _INT_KEYS), *_BOOL_KEYS, "mesh_shape")
+
+
+def validate_train_config(config: Any) -> None:
+  """Checks every key of `default_train_config()` is present and valid.
+
+  Args:
+    config: a ConfigDict (or mapping) with at least the keys of
+      `default_train_config()`; other keys are ignored.
+
+  Raises:
+    ValueError: naming the key, its value and what is expected.
+  """
+  for key in _ALL_KEYS:
+    if key not in config:
+      raise ValueError(f"config is missing key {key!r} (see default_train_config())")
+  for key, low in _INT_KEYS:
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+      raise ValueError(f"config.{key} must be an int >= {low}, got {value!r}")
+  for key in _BOOL_KEYS:
+    if not isinstance(config[key], (bool, np.bool_)):
+      raise ValueError(f"config.{key} must be a bool, got {config[key]!r}")
+  mesh_shape = config["mesh_shape"]
+  if mesh_shape is not None and (
+      isinstance(mesh_shape, (str, bytes)) or not hasattr(mesh_shape, "__len__") or
+      not all(isinstance(s, numbers.Integral) and not isinstance(s, bool)
+              for s in mesh_shape)):
+    raise ValueError(f"config.mesh_shape must be None or a sequence of ints, "
+                     f"got {mesh_shape!r}")
+
+
+def _checked_loss(loss_fn: Callable, params: Any, batch: Any, key: jax.Array):
+  """Calls loss_fn; a wrong return type fails at trace time with a clear message."""
+  out = loss_fn(params, batch, key)
+  if not isinstance(out, tuple) or len(out) != 2:
+    raise TypeError(f"loss_fn must return (loss, metrics dict), got {type(out).__name__}")
+  loss, metrics = out
+  if jnp.shape(loss) != ():
+    raise ValueError(f"loss_fn must return a scalar loss, got shape {jnp.shape(loss)}")
+  if not isinstance(metrics, Mapping):
+    raise TypeError(f"loss_fn metrics must be a dict, got {type(metrics).__name__}")
+  for name, value in metrics.items():
+    if jnp.shape(value) != ():
+      raise ValueError(f"loss_fn metric {name!r} must be a scalar, got shape "
+                       f"{jnp.shape(value)}")
+  return loss, metrics
+
+
+def _all_finite(tree: Any) -> jax.Array:
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+
+
+def _make_state(key: jax.Array, init_fn: Callable, opt_init: Callable) -> TrainState:
+  params = init_fn(key)
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_init(params))
+
+
+# The functions, optimizer and mesh are static arguments, so repeated `train`
+# calls with the same ones (resuming in a notebook, tests) reuse the compiled
+# step. Output shardings are pinned with sharding constraints: state replicated.
+@functools.partial(jax.jit, static_argnames=("init_fn", "opt_init", "mesh"))
+def _init_state(key: jax.Array, *, init_fn: Callable, opt_init: Callable,
+                mesh: jax.sharding.Mesh) -> TrainState:
+  """Creates the state directly with the replicated sharding (no host copy)."""
+  return jax.lax.with_sharding_constraint(_make_state(key, init_fn, opt_init),
+                                          replicated_sharding(mesh))
+
+
+@functools.partial(jax.jit, donate_argnums=0,
+                   static_argnames=("loss_fn", "opt_update", "mesh"))
+def _train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callable,
+                opt_update: Callable, mesh: jax.sharding.Mesh):
+  """One update; returns (new state, metrics incl. loss and grad_norm, state-finite flag)."""
+  step_key = jax.random.fold_in(key, state.step)
+  (loss, metrics), grads = jax.value_and_grad(
+      functools.partial(_checked_loss, loss_fn), has_aux=True)(state.params, batch, step_key)
+  updates, opt_state = opt_update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
+  metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **metrics}
+  outputs = (new_state, metrics, _all_finite((params, opt_state)))
+  return jax.lax.with_sharding_constraint(outputs, replicated_sharding(mesh))
+
+
+def _hashable(fn: Callable) -> Callable:
+  """Returns `fn` if it can be a jit static argument, else a wrapper hashed by identity."""
+  try:
+    hash(fn)
+  except TypeError:
+    return functools.partial(fn)
+  return fn
+
+
+def init_train_state(key: jax.Array, *, init_fn: Callable[[jax.Array], Any],
+                     optimizer: optax.GradientTransformation,
+                     mesh: jax.sharding.Mesh) -> TrainState:
+  """Creates `TrainState(0, params, optimizer.init(params))` replicated over `mesh`.
+
+  Jit-compiled (once per init_fn, optimizer and mesh, which must be hashable,
+  as functions are), so the parameters are created on the devices with their
+  final sharding.
+
+  Args:
+    key: the PRNG key passed to `init_fn`.
+    init_fn: `key -> params` pytree.
+    optimizer: an `optax.GradientTransformation`.
+    mesh: the device mesh.
+
+  Returns:
+    The initial `TrainState`, every leaf with `replicated_sharding(mesh)`.
+  """
+  return _init_state(key, init_fn=init_fn, opt_init=optimizer.init, mesh=mesh)
+
+
+def train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callable,
+               optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh
+               ) -> tuple[TrainState, dict[str, jax.Array], jax.Array]:
+  """The loop's jit-compiled update (for callers who write their own loop).
+
+      (loss, metrics), g = value_and_grad(loss_fn)(params, batch, fold_in(key, state.step))
+      updates, opt_state = optimizer.update(g, opt_state, params)
+      params = params + updates
+
+  Compiled once per (loss_fn, optimizer, mesh) and batch shapes (loss_fn and
+  optimizer must be hashable, as functions are; wrap others in
+  `functools.partial` once). `state` is donated: its buffers are reused for the
+  result and must not be used again.
+
+  Args:
+    state: the current `TrainState` (replicated over `mesh`).
+    batch: a pytree of global arrays (e.g. from `shard_batch`).
+    key: the base PRNG key; the step's key is `fold_in(key, state.step)`.
+    loss_fn: `(params, batch, key) -> (scalar loss, {name: scalar})`.
+    optimizer: an `optax.GradientTransformation`.
+    mesh: the device mesh; outputs are replicated over it.
+
+  Returns:
+    (new state, metrics with "loss", "grad_norm" and loss_fn's metrics,
+    bool scalar: all of the new params and optimizer state are finite).
+  """
+  return _train_step(state, batch, key, loss_fn=loss_fn, opt_update=optimizer.update,
+                     mesh=mesh)
+
+
+def _ordered_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
+  """Host metrics as floats, loss first, then grad_norm, then the rest by name."""
+  order = sorted(metrics, key=lambda k: (k != "loss", k != "grad_norm", k))
+  return {k: float(metrics[k]) for k in order}
+
+
+def _first_non_finite(metrics: Mapping[str, Any], state_finite: Any):
+  """Returns (name, value) of the first non-finite metric or the state, else None."""
+  for name, value in metrics.items():
+    if not np.isfinite(value):
+      return name, float(value)
+  if not bool(state_finite):
+    return "state", float("nan")
+  return None
+
+
+def train(*, init_fn: Callable[[jax.Array], Any],
+          loss_fn: Callable[[Any, Any, jax.Array], tuple[jax.Array, Mapping[str, jax.Array]]],
+          batch_fn: Callable[[int, int], Any],
+          optimizer: optax.GradientTransformation,
+          config: ml_collections.ConfigDict,
+          workdir: str | os.PathLike,
+          mesh: jax.sharding.Mesh | None = None) -> TrainResult:
+  """Trains `init_fn`'s parameters on `loss_fn` with `optimizer`, resuming from `workdir`.
+
+  Args:
+    init_fn: `key -> params` pytree (e.g. `lambda k: model.init(k, x)`).
+    loss_fn: `(params, batch, key) -> (scalar loss, {name: scalar metric})`,
+      traceable; `key` is `fold_in(step_key, s)` at update `s`.
+    batch_fn: `(seed, step) -> batch` pytree with leading axis
+      `config.batch_size`, a pure function of its arguments (resuming relies
+      on it). Host-side; returns NumPy or JAX arrays.
+    optimizer: an `optax.GradientTransformation`.
+    config: the loop's settings, see `default_train_config()`.
+    workdir: run directory: checkpoints in `workdir/checkpoints`, metrics in
+      `workdir/metrics.jsonl` and `workdir/events.out.tfevents.*`.
+    mesh: the device mesh; default `make_mesh(config.mesh_shape)`. It must
+      have a "data" axis; batches are split over it and parameters replicated.
+
+  Returns:
+    `TrainResult(state, history)`: the state after `config.num_steps` updates
+    (or the restored state if the workdir's checkpoint is already that far)
+    and the metrics logged by this call.
+
+  Raises:
+    ValueError / TypeError: for invalid config or arguments, before any work.
+    NonFiniteError: (a FloatingPointError) if a loss, metric or the state is
+      NaN/Inf; that state is not checkpointed.
+  """
+  validate_train_config(config)
+  # A snapshot of the settings, so any mapping works and later edits cannot leak in.
+  config = types.SimpleNamespace(**{key: config[key] for key in _ALL_KEYS})
+  for name, fn in (("init_fn", init_fn), ("loss_fn", loss_fn), ("batch_fn", batch_fn)):
+    if not callable(fn):
+      raise TypeError(f"{name} must be callable, got {fn!r}")
+  if not isinstance(optimizer, optax.GradientTransformation):
+    raise TypeError(f"optimizer must be an optax.GradientTransformation, got {optimizer!r}")
+  # Unhashable callables cannot be jit static arguments: wrap them once per call.
+  init_fn, loss_fn = _hashable(init_fn), _hashable(loss_fn)
+  optimizer = optax.GradientTransformation(_hashable(optimizer.init),
+                                           _hashable(optimizer.update))
+  maybe_initialize_distributed(bool(config.distributed))
+  if mesh is None:
+    mesh = make_mesh(config.mesh_shape)
+  if DATA_AXIS not in mesh.shape:
+    raise ValueError(f"mesh axes {tuple(mesh.shape)} must include {DATA_AXIS!r}")
+  if config.batch_size % mesh.shape[DATA_AXIS]:
+    raise ValueError(f"config.batch_size={config.batch_size} is not divisible by the "
+                     f"{mesh.shape[DATA_AXIS]} devices on mesh axis {DATA_AXIS!r}")
+
+  num_steps, seed = int(config.num_steps), int(config.seed)
+  workdir = os.fspath(workdir)
+  is_chief = jax.process_index() == 0
+  init_key, step_key = jax.random.split(jax.random.PRNGKey(seed))
+
+  abstract_state = jax.eval_shape(functools.partial(_make_state, init_fn=init_fn,
+                                                    opt_init=optimizer.init), init_key)
+  state_shardings = jax.tree.map(lambda _: replicated_sharding(mesh), abstract_state)
+  step_fn = functools.partial(train_step, loss_fn=loss_fn, optimizer=optimizer, mesh=mesh)
+
+  def place_batch(step):
+    batch = batch_fn(seed, step)
+    for leaf in jax.tree.leaves(batch):
+      if np.ndim(leaf) == 0 or np.shape(leaf)[0] != config.batch_size:
+        raise ValueError(f"batch_fn({seed}, {step}) returned a leaf of shape "
+                         f"{np.shape(leaf)}; expected leading size "
+                         f"config.batch_size={config.batch_size}")
+    return shard_batch(batch, mesh)
+
+  manager = checkpoint.make_manager(os.path.join(workdir, CHECKPOINT_SUBDIR),
+                                    keep=int(config.keep_checkpoints))
+  try:
+    start = checkpoint.latest_step(manager)
+    if start is None:
+      start = 0
+      state = init_train_state(init_key, init_fn=init_fn, optimizer=optimizer, mesh=mesh)
+    else:
+      logging.info("Resuming from checkpoint step %d in %s", start, workdir)
+      state = checkpoint.restore(manager, start, abstract_state, state_shardings)
+      if int(jax.device_get(state.step)) != start:
+        raise ValueError(f"checkpoint {start} holds state.step="
+                         f"{int(jax.device_get(state.step))}; expected {start}")
+    if start >= num_steps:
+      logging.warning("Checkpoint step %d >= config.num_steps=%d: nothing to train.",
+                      start, num_steps)
+      return TrainResult(state, [])
+
+    history = []
+    with MetricsWriter(workdir, enabled=is_chief, purge_after_step=start - 1) as writer, \
+        tqdm.tqdm(total=num_steps, initial=start, desc="train", dynamic_ncols=True,
+                  disable=not (config.progress_bar and is_chief)) as progress:
+      done = saved = start  # state.step of `state`; of the newest checkpoint.
+      pending = None  # (metrics, state_finite) of `state`, not yet fetched.
+      saving = False
+      try:
+        batch = place_batch(start)
+        for s in range(start, num_steps):
+          state, metrics, state_finite = step_fn(state, batch, step_key)
+          done, pending = s + 1, (metrics, state_finite)
+          if s + 1 < num_steps:
+            batch = place_batch(s + 1)  # Host work, overlapping the device's step.
+          is_log = s % config.log_every == 0 or s + 1 == num_steps
+          is_checkpoint = s + 1 == num_steps or (
+              config.checkpoint_every and (s + 1) % config.checkpoint_every == 0)
+          if config.nan_guard or is_log or is_checkpoint:
+            host_metrics, host_finite = jax.device_get(pending)
+            host_metrics = _ordered_floats(host_metrics)
+            bad = _first_non_finite(host_metrics, host_finite)
+            if bad is not None and config.nan_guard:
+              raise NonFiniteError(s, *bad)
+            pending = None if bad is None else pending
+            progress.set_postfix(loss=f"{host_metrics['loss']:.4g}", refresh=False)
+            if is_log:
+              history.append({"step": s, **host_metrics})
+              writer.write_scalars(s, host_metrics)
+            if is_checkpoint:
+              if bad is None:
+                saving = True
+                checkpoint.save(manager, s + 1, state)
+                saving, saved = False, s + 1
+              else:
+                logging.warning("Not checkpointing step %d: non-finite %s=%s",
+                                s + 1, *bad)
+          progress.update(1)
+      except NonFiniteError:
+        raise
+      except BaseException:
+        # KeyboardInterrupt or an error in batch_fn: keep the progress made, if the
+        # state is alive (not donated mid-step), finite, and not mid-save.
+        if done > saved and not saving:
+          _save_on_exit(manager, done, state, pending)
+        raise
+    return TrainResult(state, history)
+  finally:
+    manager.wait_until_finished()
+    manager.close()
+
+
+def _save_on_exit(manager, step: int, state: TrainState, pending) -> None:
+  try:
+    if any(leaf.is_deleted() for leaf in jax.tree.leaves(state)):
+      return
+    if pending is not None:
+      metrics, state_finite = jax.device_get(pending)
+      if _first_non_finite(_ordered_floats(metrics), state_finite):
+        logging.warning("Not checkpointing step %d on exit: non-finite state", step)
+        return
+    logging.warning("Interrupted: checkpointing step %d before exiting", step)
+    checkpoint.save(manager, step, state)
+  except Exception as e:  # Never mask the original exception.
+    logging.exception("Could not checkpoint step %d on exit: %s", step, e)

@@ -1,0 +1,92 @@
+"""Tests of common/sharding.py on this process's device(s) and on 8 fake CPU devices."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from common import sharding
+from common.train import default_train_config
+
+
+def test_default_mesh_has_all_devices_on_data_axis():
+  mesh = sharding.make_mesh()
+  assert mesh.axis_names == ("data",)
+  assert mesh.shape["data"] == jax.device_count()
+  assert sharding.make_mesh((jax.device_count(),)).shape == mesh.shape
+
+
+@pytest.mark.parametrize("shape, names, match", [
+    ((jax.device_count() + 1,), ("data",), "needs .* devices, but .* are visible"),
+    ((0,), ("data",), "positive sizes"),
+    ((-1, -1), ("data", "model"), "at most one -1"),
+    ((-1,), ("data", "model"), "has 1 axes but axis_names"),
+    ((-1,), ("batch",), "must include 'data'"),
+])
+def test_make_mesh_rejects_bad_shapes(shape, names, match):
+  with pytest.raises(ValueError, match=match):
+    sharding.make_mesh(shape, names)
+
+
+def test_shard_batch_places_global_arrays():
+  mesh = sharding.make_mesh()
+  n = 2 * jax.device_count()
+  batch = {"x": np.arange(n * 3, dtype=np.float32).reshape(n, 3), "y": [np.arange(n)]}
+  placed = sharding.shard_batch(batch, mesh)
+  assert placed["x"].sharding == sharding.batch_sharding(mesh)
+  np.testing.assert_array_equal(placed["x"], batch["x"])
+  np.testing.assert_array_equal(placed["y"][0], batch["y"][0])
+  assert sharding.replicated_sharding(mesh).is_fully_replicated
+
+
+@pytest.mark.parametrize("batch, match", [
+    ({"x": np.ones(()), "y": np.ones(4)}, r"leaf \['x'\] is a scalar"),
+    ({"x": np.ones((4, 2)), "y": np.ones(3)}, r"leaf \['y'\] has leading size 3, but other "
+                                              "leaves have 4"),
+    ({}, "no array leaves"),
+])
+def test_shard_batch_rejects_bad_batches(batch, match):
+  with pytest.raises(ValueError, match=match):
+    sharding.shard_batch(batch, sharding.make_mesh())
+
+
+def test_distributed_flag_defaults_off_and_is_validated():
+  assert default_train_config().distributed is False
+  assert sharding.maybe_initialize_distributed(False) is False
+  assert not jax.distributed.is_initialized()
+  with pytest.raises(TypeError, match="must be a bool, got 'yes'"):
+    sharding.maybe_initialize_distributed("yes")
+
+
+_EIGHT_DEVICES = textwrap.dedent("""
+    import jax, numpy as np
+    from common import sharding
+    assert jax.device_count() == 8, jax.devices()
+    mesh = sharding.make_mesh()
+    assert dict(mesh.shape) == {"data": 8}
+    assert dict(sharding.make_mesh((4, -1), ("data", "model")).shape) == {"data": 4, "model": 2}
+    x = np.arange(16 * 3, dtype=np.float32).reshape(16, 3)
+    placed = sharding.shard_batch({"x": x}, mesh)["x"]
+    shards = sorted(placed.addressable_shards, key=lambda s: s.index[0].start)
+    assert len(shards) == 8 and all(s.data.shape == (2, 3) for s in shards)
+    np.testing.assert_array_equal(np.concatenate([np.asarray(s.data) for s in shards]), x)
+    try:
+      sharding.shard_batch({"x": np.ones((12, 3))}, mesh)
+    except ValueError as e:
+      assert "batch size 12" in str(e) and "8 devices" in str(e), e
+    else:
+      raise AssertionError("no error for a batch of 12 on 8 devices")
+    print("OK")
+""")
+
+
+def test_eight_fake_devices_split_the_batch():
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", _EIGHT_DEVICES], env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]

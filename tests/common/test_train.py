@@ -1,0 +1,313 @@
+"""Tests of common/train.py: the loop, resuming, checkpoint safety, metrics, NaN guard.
+
+Every run here is the same small MLP regression with adam, so they can be compared
+bit for bit. Run as a script (`python tests/common/test_train.py OUT.npz WORKDIR`),
+this file trains that run and saves its final parameters: the 8-device test does so
+in a subprocess with 8 fake CPU devices.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from common import checkpoint, metrics, sharding
+from common.data.regression import regression_batch
+from common.models import MLP
+from common.train import (NonFiniteError, default_train_config, init_train_state, train,
+                          train_step)
+
+NUM_STEPS, BATCH, DIM = 10, 16, 4
+ORBAX_TMP_SUFFIX = ".orbax-checkpoint-tmp"  # What orbax 0.12 appends while writing.
+MODEL = MLP((16, 1))
+OPTIMIZER = optax.adam(3e-2)  # One object: runs reuse the compiled step.
+
+
+def loss_fn(params, batch, key):
+  del key
+  err = MODEL.apply(params, batch["x"]) - batch["y"]
+  return jnp.mean(err ** 2), {"mae": jnp.mean(jnp.abs(err))}
+
+
+def init_fn(key):
+  return MODEL.init(key, jnp.zeros((1, DIM)))
+
+
+def batch_fn(seed, step):
+  return regression_batch(seed, step, BATCH, DIM)
+
+
+def make_config(**overrides):
+  config = default_train_config()
+  config.num_steps = NUM_STEPS
+  config.batch_size = BATCH
+  config.checkpoint_every = 4
+  config.keep_checkpoints = 2
+  config.log_every = 3
+  config.progress_bar = False
+  config.update(overrides)
+  return config
+
+
+def run(workdir, *, loss=loss_fn, batches=batch_fn, **overrides):
+  return train(init_fn=init_fn, loss_fn=loss, batch_fn=batches,
+               optimizer=OPTIMIZER, config=make_config(**overrides),
+               workdir=workdir)
+
+
+def assert_same_state(got, want):
+  assert int(got.step) == int(want.step)
+  for a, b in zip(jax.tree.leaves((got.params, got.opt_state)),
+                  jax.tree.leaves((want.params, want.opt_state))):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  """An uninterrupted 10-step run; loss_fn counts its traces and is chex-guarded."""
+  workdir = tmp_path_factory.mktemp("reference")
+  traces = []
+
+  def counted_loss(params, batch, key):
+    traces.append(1)
+    return loss_fn(params, batch, key)
+
+  chex.clear_trace_counter()
+  result = run(workdir, loss=chex.assert_max_traces(counted_loss, n=1))
+  return workdir, result, len(traces)
+
+
+def test_trains_and_compiles_the_step_once(reference):
+  _, result, num_traces = reference
+  assert int(result.state.step) == NUM_STEPS
+  assert num_traces == 1
+  assert result.history[-1]["loss"] < 0.5 * result.history[0]["loss"]
+  assert [h["step"] for h in result.history] == [0, 3, 6, 9]
+  assert list(result.history[0]) == ["step", "loss", "grad_norm", "mae"]
+
+
+def test_state_is_replicated_over_the_mesh(reference):
+  _, result, _ = reference
+  for leaf in jax.tree.leaves(result.state):
+    assert leaf.sharding.is_fully_replicated
+    assert leaf.sharding.mesh.axis_names == ("data",)
+
+
+def test_step_donates_state_and_traces_once():
+  mesh = sharding.make_mesh()
+  key = jax.random.PRNGKey(0)
+  state = init_train_state(key, init_fn=init_fn, optimizer=OPTIMIZER, mesh=mesh)
+  chex.clear_trace_counter()
+  guarded_loss = chex.assert_max_traces(loss_fn, n=1)
+  for step in range(3):
+    old = state
+    batch = sharding.shard_batch(batch_fn(0, step), mesh)
+    state, step_metrics, finite = train_step(state, batch, key, loss_fn=guarded_loss,
+                                             optimizer=OPTIMIZER, mesh=mesh)
+    assert all(leaf.is_deleted() for leaf in jax.tree.leaves(old))  # Donated.
+  assert int(state.step) == 3 and bool(finite)
+  assert set(step_metrics) == {"loss", "grad_norm", "mae"}
+
+
+def test_unhashable_loss_fn_still_compiles_once(tmp_path):
+  class Loss:  # Defines __eq__ without __hash__, so it cannot be a static argument.
+    def __init__(self):
+      self.calls = 0
+
+    def __eq__(self, other):
+      return self is other
+
+    def __call__(self, params, batch, key):
+      self.calls += 1
+      return loss_fn(params, batch, key)
+
+  loss = Loss()
+  result = run(tmp_path, loss=loss, num_steps=3)
+  assert int(result.state.step) == 3 and loss.calls == 1
+
+
+def test_progress_bar_shows_live_loss(tmp_path, capsys):
+  run(tmp_path / "quiet", num_steps=2)
+  assert "loss=" not in capsys.readouterr().err
+  run(tmp_path / "bar", num_steps=2, progress_bar=True)
+  err = capsys.readouterr().err
+  assert "2/2" in err and "loss=" in err
+
+
+def test_writes_metrics_and_keeps_checkpoints(reference):
+  workdir, result, _ = reference
+  records = metrics.read_metrics_jsonl(workdir)
+  assert records == result.history
+  scalars = metrics.read_event_scalars(workdir)
+  assert [(s, t) for s, t, _ in scalars if t == "loss"] == [(0, "loss"), (3, "loss"),
+                                                            (6, "loss"), (9, "loss")]
+  losses = [v for _, t, v in scalars if t == "loss"]
+  np.testing.assert_allclose(losses, [h["loss"] for h in result.history], rtol=1e-6)
+  # Saved at 4, 8 and the end (10); keep_checkpoints=2 retains the newest two.
+  assert sorted(os.listdir(workdir / "checkpoints")) == ["10", "8"]
+
+
+def test_resumed_run_matches_uninterrupted_bitwise(reference, tmp_path):
+  _, want, _ = reference
+  first = run(tmp_path, num_steps=6)  # Stops after 6 updates, checkpoint at 6.
+  assert int(first.state.step) == 6
+  second = run(tmp_path)
+  assert [h["step"] for h in second.history] == [6, 9]
+  assert_same_state(second.state, want.state)
+  # JSONL has each step once; the resumed run appended after the checkpoint.
+  assert [r["step"] for r in metrics.read_metrics_jsonl(tmp_path)] == [0, 3, 5, 6, 9]
+  # Rerunning a finished workdir trains nothing and returns the same state.
+  again = run(tmp_path)
+  assert again.history == []
+  assert_same_state(again.state, want.state)
+
+
+def test_interrupt_checkpoints_then_resumes_bitwise(reference, tmp_path):
+  _, want, _ = reference
+
+  def interrupted_batches(seed, step):
+    if step == 7:
+      raise KeyboardInterrupt  # Arrives after update 6, while fetching batch 7.
+    return batch_fn(seed, step)
+
+  with pytest.raises(KeyboardInterrupt):
+    run(tmp_path, batches=interrupted_batches)
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["4", "7"]  # 7 saved on exit.
+  resumed = run(tmp_path, log_every=1)
+  assert resumed.history[0]["step"] == 7
+  assert_same_state(resumed.state, want.state)
+
+
+def test_kill_during_checkpoint_write_keeps_previous(reference, tmp_path):
+  _, want, _ = reference
+  run(tmp_path, num_steps=4)
+  ckpt = tmp_path / "checkpoints"
+  # Leave step 8 the way a kill mid-write does: orbax's tmp dir (named
+  # "<step>.orbax-checkpoint-tmp", its item dir likewise), no commit marker yet,
+  # and a truncated file. The finished directory "8" never appeared.
+  partial = ckpt / f"8{ORBAX_TMP_SUFFIX}"
+  shutil.copytree(ckpt / "4", partial)
+  os.rename(partial / "default", partial / f"default{ORBAX_TMP_SUFFIX}")
+  os.remove(partial / "commit_success.txt")
+  os.remove(partial / f"default{ORBAX_TMP_SUFFIX}" / "commit_success.txt")
+  with open(partial / f"default{ORBAX_TMP_SUFFIX}" / "manifest.ocdbt", "r+b") as f:
+    f.truncate(5)
+  resumed = run(tmp_path, log_every=1)
+  assert resumed.history[0]["step"] == 4  # Resumed from 4, not from the partial 8.
+  assert_same_state(resumed.state, want.state)
+  assert sorted(os.listdir(ckpt)) == ["10", "8"]
+
+
+def _nan_at(bad_step):
+  def batches(seed, step):
+    batch = batch_fn(seed, step)
+    if step >= bad_step:
+      batch = {**batch, "y": batch["y"] * jnp.nan}
+    return batch
+  return batches
+
+
+def test_nan_guard_names_step_and_metric_and_does_not_save(tmp_path):
+  with pytest.raises(FloatingPointError, match="non-finite loss=nan at step 3") as info:
+    run(tmp_path, batches=_nan_at(3), checkpoint_every=2)
+  assert isinstance(info.value, NonFiniteError) and info.value.step == 3
+  # Update 3 would have produced checkpoint 4; only 2 exists and it restores.
+  manager = checkpoint.make_manager(tmp_path / "checkpoints", keep=2)
+  assert manager.all_steps() == [2]
+  manager.close()
+
+
+def test_nan_guard_catches_a_non_finite_metric(tmp_path):
+  def loss_with_ratio(params, batch, key):
+    loss, aux = loss_fn(params, batch, key)
+    return loss, {**aux, "ratio": 1.0 / (5.0 - batch["flag"][0])}
+
+  def batches(seed, step):
+    return {**batch_fn(seed, step), "flag": jnp.full((BATCH,), float(step))}
+
+  with pytest.raises(NonFiniteError, match="non-finite ratio=inf at step 5"):
+    run(tmp_path, loss=loss_with_ratio, batches=batches)
+
+
+def test_without_guard_a_non_finite_state_is_never_saved(tmp_path):
+  result = run(tmp_path, batches=_nan_at(3), checkpoint_every=2, nan_guard=False,
+               num_steps=6)
+  assert np.isnan(result.history[-1]["loss"])
+  manager = checkpoint.make_manager(tmp_path / "checkpoints", keep=2)
+  assert manager.all_steps() == [2]  # 4 and 6 hold NaN parameters.
+  manager.close()
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("num_steps", 0, "config.num_steps must be an int >= 1, got 0"),
+    ("batch_size", -4, "config.batch_size must be an int >= 1, got -4"),
+    ("log_every", 0, "config.log_every must be an int >= 1, got 0"),
+    ("keep_checkpoints", 0, "config.keep_checkpoints must be an int >= 1, got 0"),
+    ("checkpoint_every", -1, "config.checkpoint_every must be an int >= 0, got -1"),
+    ("nan_guard", 1, "config.nan_guard must be a bool, got 1"),
+])
+def test_invalid_config_is_rejected_before_any_work(tmp_path, key, value, match):
+  config = dict(make_config().items())  # A plain dict: ConfigDict would refuse 1 for a bool.
+  config[key] = value
+  with pytest.raises(ValueError, match=match):
+    train(init_fn=init_fn, loss_fn=loss_fn, batch_fn=batch_fn, optimizer=OPTIMIZER,
+          config=config, workdir=tmp_path / "run")
+  assert not (tmp_path / "run").exists()
+
+
+def test_config_defaults_and_bad_arguments(tmp_path):
+  config = default_train_config()
+  assert config.distributed is False and config.nan_guard is True
+  with pytest.raises(AttributeError):
+    config.num_step = 5  # Locked: a misspelt key fails.
+  with pytest.raises(ValueError, match="missing key 'seed'"):
+    train(init_fn=init_fn, loss_fn=loss_fn, batch_fn=batch_fn, optimizer=optax.sgd(0.1),
+          config={k: v for k, v in make_config().items() if k != "seed"}, workdir=tmp_path)
+  with pytest.raises(TypeError, match="optimizer must be an optax.GradientTransformation"):
+    train(init_fn=init_fn, loss_fn=loss_fn, batch_fn=batch_fn, optimizer="adam",
+          config=make_config(), workdir=tmp_path)
+  with pytest.raises(ValueError, match=r"leading size config.batch_size=16"):
+    run(tmp_path / "wrong_batch", batches=lambda seed, step: regression_batch(seed, step, 8, DIM))
+
+
+def _train_and_save(out_path, workdir):
+  if jax.device_count() == 8:
+    try:
+      run(os.path.join(workdir, "indivisible"), batch_size=12)
+    except ValueError as e:
+      assert "batch_size=12 is not divisible by the 8 devices" in str(e), e
+    else:
+      raise AssertionError("a batch of 12 on 8 devices was accepted")
+  result = run(workdir)
+  flat = {jax.tree_util.keystr(path): np.asarray(leaf)
+          for path, leaf in jax.tree_util.tree_leaves_with_path(result.state.params)}
+  np.savez(out_path, device_count=jax.device_count(),
+           mesh_size=result.state.step.sharding.mesh.size,
+           losses=np.array([h["loss"] for h in result.history]), **flat)
+
+
+def test_eight_fake_devices_match_one_device(reference, tmp_path):
+  _, want, _ = reference
+  out = tmp_path / "params.npz"
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, os.path.abspath(__file__), str(out),
+                         str(tmp_path / "run")], env=env, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  got = np.load(out)
+  assert int(got["device_count"]) == 8 and int(got["mesh_size"]) == 8
+  assert got["losses"][-1] < 0.5 * got["losses"][0]
+  for path, leaf in jax.tree_util.tree_leaves_with_path(want.state.params):
+    np.testing.assert_allclose(got[jax.tree_util.keystr(path)], leaf, rtol=1e-5, atol=1e-6)
+
+
+if __name__ == "__main__":
+  _train_and_save(sys.argv[1], sys.argv[2])
