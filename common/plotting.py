@@ -6,6 +6,7 @@ import os
 from typing import Mapping, Sequence
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -33,6 +34,10 @@ def error_vs_n_panels(panels: Mapping[str, Mapping[str, tuple]], path: str,
       slope = loglog_slope(ns, med)
       line, = ax.loglog(ns, med, "o-", label=f"{label} (slope {slope:.2f})")
       ax.fill_between(ns, lo, hi, color=line.get_color(), alpha=0.15)
+    all_ns = sorted({int(n) for ns, *_ in curves.values() for n in ns})
+    ax.set_xticks(all_ns)
+    ax.set_xticklabels([str(n) for n in all_ns], fontsize=7)
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_title(title)
     ax.set_xlabel("n")
     ax.set_ylabel(ylabel)

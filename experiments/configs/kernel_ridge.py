@@ -57,8 +57,8 @@ PRESETS = {
     "paper": dict(ns=(250, 500, 1000, 2000, 4000, 8000, 16000), num_seeds=20,
                   selection_max_n=4000, baseline_max_n=16000, num_landmarks=2000),
     # Seconds: what the claim test runs.
-    "tiny": dict(scenarios=("overlap_weak",), ns=(300, 600), num_seeds=2,
-                 scales_t=(1.0,), scales_x=(0.5, 1.0), selection_max_n=600),
+    "tiny": dict(scenarios=("overlap_weak",), ns=(150, 1200), num_seeds=2,
+                 scales_t=(1.0,), scales_x=(0.5, 1.0), selection_max_n=400),
 }
 
 

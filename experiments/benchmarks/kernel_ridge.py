@@ -1,0 +1,305 @@
+"""Benchmark: our two-stage kernel ridge dose-response fit vs the same estimator in scikit-learn.
+
+  python -m experiments.benchmarks.kernel_ridge [--ns=2000,8000] [--repeats=5] [--seed=0]
+
+(needs the ``bench`` extra: ``pip install -e '.[test,bench]'``, which adds scikit-learn).
+
+Both sides fit the same estimator, in float64, on the same sample of the ``overlap``
+design (``common.data.causal.overlap_design`` with overlap 1.0) with fixed
+hyperparameters (``HYPER`` below) and RBF kernels k(a, b) = exp(-||a - b||^2 / (2 l^2)),
+i.e. scikit-learn's gamma = 1 / (2 l^2):
+
+  1. stage 1: KRR of y on (t, x) with the product kernel k_T k_X,
+     alpha = (K + n lam1 I)^{-1} y;
+  2. pseudo-outcomes y~_i = sum_l alpha_l e_l k_T(t_i, t_l), e_l = mean_j k_X(x_j, x_l);
+  3. stage 2: KRR of y~ on t with kernel k_T2 and ridge n lam2; theta_hat = its
+     prediction on grid = linspace(-1, 1, 100).
+
+Ours is ``methods.kernel_ridge.fit_two_stage(..., solver="cholesky")`` (jit-compiled)
+followed by ``fit.effect(grid).block_until_ready()``; compilation is excluded by one
+untimed warm-up call. The scikit-learn side is ``sklearn.metrics.pairwise.rbf_kernel``
+for the Gram matrices, ``KernelRidge(kernel="precomputed")`` for stage 1, numpy for the
+pseudo-outcomes and ``KernelRidge(kernel="rbf")`` for stage 2 plus ``predict``; its
+timed region is that whole pipeline (it has nothing to compile; one untimed call at
+n = 16 only loads its modules).
+
+For each n it prints one markdown table row: median wall time of ``repeats`` runs for
+each side (with min-max), the speed-up sklearn/ours (> 1: ours is faster), the largest
+|theta_ours - theta_sklearn| on the grid, the integrated squared error of each estimate
+against the true effect ``causal.overlap_effect`` (the mean of the squared error over
+the grid, as in ``experiments/kernel_ridge.py``) and the extra peak resident memory of
+each side (peak RSS of its process minus its RSS just before the first fit).
+
+Each (side, n) runs in its own freshly spawned process, so memory peaks are per side and
+per n and one side's allocations cannot slow the other. The BLAS thread pools seen by
+each process are printed first (threadpoolctl), as are relevant environment variables;
+the benchmark does not change them. The 1-minute load average before and after each n
+is printed under the table: other processes competing for the cores make multithreaded
+BLAS/LAPACK times erratic, so rerun when it is well above the core count. Memory: about five n x n float64 matrices per side
+(n = 8000: ~2.5 GB).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import platform
+import resource
+import sys
+import time
+from typing import Any
+
+from absl import app
+from absl import flags
+import numpy as np
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("ns", ["2000", "8000"], "Comma-separated sample sizes (each >= 16).")
+flags.DEFINE_integer("repeats", 5, "Timed runs per side and n (>= 1); medians are reported.")
+flags.DEFINE_integer("seed", 0, "PRNG seed of the simulated sample.")
+
+MIN_N = 16
+GRID_POINTS = 100
+OVERLAP = 1.0
+HYPER = dict(lengthscale_t=1.0, lengthscale_x=0.5, lam1=1e-4, lengthscale_t2=1.0, lam2=1e-4)
+SIDES = ("ours", "sklearn")
+ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+            "MKL_NUM_THREADS", "XLA_FLAGS", "NVPL_BLAS_DEBUG_CPU_TYPE")
+
+
+def die(message: Any) -> None:
+  """Prints a one-line error and exits with status 2."""
+  sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
+  sys.exit(2)
+
+
+def parse_ns(values: list[str]) -> list[int]:
+  """The --ns list as ints; raises ValueError naming the first bad value."""
+  if not values:
+    raise ValueError(f"--ns needs at least one sample size >= {MIN_N}, got none")
+  ns = []
+  for v in values:
+    try:
+      n = int(v)
+    except ValueError:
+      raise ValueError(f"--ns values must be integers >= {MIN_N}, got {v!r}") from None
+    if n < MIN_N:
+      raise ValueError(f"--ns values must be integers >= {MIN_N}, got {n}")
+    ns.append(n)
+  return ns
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl flag parsing whose errors (and bad values) are one-line messages."""
+  try:
+    rest = FLAGS(argv)
+  except flags.Error as e:
+    die(e)
+  if len(rest) > 1:
+    die(f"unexpected positional arguments: {' '.join(rest[1:])}")
+  try:
+    parse_ns(FLAGS.ns)
+  except ValueError as e:
+    die(e)
+  if FLAGS.repeats < 1:
+    die(f"--repeats must be >= 1, got {FLAGS.repeats}")
+  return rest
+
+
+def gamma(lengthscale: float) -> float:
+  """scikit-learn's RBF gamma for lengthscale l: exp(-gamma d^2) = exp(-d^2 / (2 l^2))."""
+  return 1.0 / (2.0 * lengthscale ** 2)
+
+
+def evaluation_grid() -> np.ndarray:
+  return np.linspace(-1.0, 1.0, GRID_POINTS)
+
+
+def sample(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(t (n,), x (n, 1), y (n,)) in float64 from the overlap design."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from common.data import causal  # pylint: disable=import-outside-toplevel
+  with jax.enable_x64(True):
+    data = causal.overlap_design(jax.random.PRNGKey(seed), n, overlap=OVERLAP)
+    return tuple(np.asarray(a, dtype=np.float64) for a in data)
+
+
+def true_effect(grid: np.ndarray) -> np.ndarray:
+  from common.data import causal  # pylint: disable=import-outside-toplevel
+  return np.asarray(causal.overlap_effect(grid))
+
+
+# ----------------------------------------------------------------------------- sides
+
+
+def sklearn_two_stage(t: np.ndarray, x: np.ndarray, y: np.ndarray, grid: np.ndarray,
+                      hyper: dict) -> np.ndarray:
+  """The two-stage estimator with scikit-learn; returns theta_hat(grid)."""
+  from sklearn.kernel_ridge import KernelRidge  # pylint: disable=import-outside-toplevel
+  from sklearn.metrics.pairwise import rbf_kernel  # pylint: disable=import-outside-toplevel
+  n = t.shape[0]
+  t2 = t[:, None]
+  k_t = rbf_kernel(t2, t2, gamma=gamma(hyper["lengthscale_t"]))
+  k_x = rbf_kernel(x, x, gamma=gamma(hyper["lengthscale_x"]))
+  stage1 = KernelRidge(alpha=n * hyper["lam1"], kernel="precomputed").fit(k_t * k_x, y)
+  e = k_x.mean(axis=0)                                   # e_l = mean_j k_X(x_j, x_l)
+  y_tilde = k_t @ (stage1.dual_coef_ * e)
+  stage2 = KernelRidge(alpha=n * hyper["lam2"], kernel="rbf",
+                       gamma=gamma(hyper["lengthscale_t2"])).fit(t2, y_tilde)
+  return stage2.predict(grid[:, None])
+
+
+def _rss_kib() -> int | None:
+  """Current resident set size in KiB (Linux /proc), or None."""
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith("VmRSS:"):
+          return int(line.split()[1])
+  except OSError:
+    pass
+  return None
+
+
+def _threadpools() -> list[dict]:
+  try:
+    import threadpoolctl  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return []
+  keep = ("user_api", "internal_api", "num_threads", "version", "architecture",
+          "threading_layer", "filepath")
+  return [{k: p.get(k) for k in keep} for p in threadpoolctl.threadpool_info()]
+
+
+def run_side(side: str, t: np.ndarray, x: np.ndarray, y: np.ndarray, grid: np.ndarray,
+             repeats: int) -> dict:
+  """Times ``repeats`` fits of one side (in a fresh process); returns times, theta, memory."""
+  times = []
+  if side == "ours":
+    import jax  # pylint: disable=import-outside-toplevel
+    import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+    from methods import kernel_ridge as kr  # pylint: disable=import-outside-toplevel
+    with jax.enable_x64(True):
+      tj, xj, yj, gj = (jax.block_until_ready(jnp.asarray(a)) for a in (t, x, y, grid))
+      hyper = kr.TwoStageHyper(**HYPER)
+
+      def once():
+        fit = kr.fit_two_stage(tj, xj, yj, hyper, solver="cholesky")
+        return fit.effect(gj).block_until_ready()
+
+      rss_before = _rss_kib()
+      once()  # compiles; not timed
+      for _ in range(repeats):
+        start = time.perf_counter()
+        theta = once()
+        times.append(time.perf_counter() - start)
+      theta = np.asarray(theta)
+      versions = {"jax": jax.__version__, "backend": jax.default_backend(),
+                  "devices": str(jax.devices())}
+  elif side == "sklearn":
+    import sklearn  # pylint: disable=import-outside-toplevel
+    sklearn_two_stage(t[:MIN_N], x[:MIN_N], y[:MIN_N], grid, HYPER)  # imports only
+    rss_before = _rss_kib()
+    for _ in range(repeats):
+      start = time.perf_counter()
+      theta = sklearn_two_stage(t, x, y, grid, HYPER)
+      times.append(time.perf_counter() - start)
+    versions = {"sklearn": sklearn.__version__}
+  else:
+    raise ValueError(f"unknown side {side!r}; expected one of {SIDES}")
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+  return dict(times=times, theta=np.asarray(theta, dtype=np.float64),
+              rss_before_kib=rss_before, peak_rss_kib=peak, versions=versions,
+              threadpools=_threadpools())
+
+
+def run_isolated(side: str, *args) -> dict:
+  """``run_side`` in a freshly spawned process (clean memory peak, no shared pools)."""
+  ctx = multiprocessing.get_context("spawn")
+  with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+    return pool.submit(run_side, side, *args).result()
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _fmt_s(times: list[float]) -> str:
+  return f"{np.median(times):.3f} [{min(times):.3f}-{max(times):.3f}]"
+
+
+def _fmt_mib(result: dict) -> str:
+  if result["rss_before_kib"] is None:
+    return "n/a"
+  return f"{(result['peak_rss_kib'] - result['rss_before_kib']) / 1024:.0f}"
+
+
+TABLE_HEADER = (
+    "| n | ours: median s [min-max] | sklearn: median s [min-max] | speed-up sklearn/ours "
+    "| max abs theta diff | ISE ours | ISE sklearn | extra peak RSS MiB ours / sklearn |\n"
+    "|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def table_row(n: int, ours: dict, ref: dict, truth: np.ndarray) -> str:
+  speedup = np.median(ref["times"]) / np.median(ours["times"])
+  diff = np.max(np.abs(ours["theta"] - ref["theta"]))
+  ise_ours = np.mean((ours["theta"] - truth) ** 2)
+  ise_ref = np.mean((ref["theta"] - truth) ** 2)
+  return (f"| {n} | {_fmt_s(ours['times'])} | {_fmt_s(ref['times'])} | {speedup:.2f} "
+          f"| {diff:.1e} | {ise_ours:.4f} | {ise_ref:.4f} "
+          f"| {_fmt_mib(ours)} / {_fmt_mib(ref)} |")
+
+
+def describe_threadpools(side: str, pools: list[dict]) -> list[str]:
+  if not pools:
+    return [f"  {side}: no BLAS/OpenMP pool found by threadpoolctl"]
+  return [f"  {side}: {p['internal_api']} {p['version']} ({p['user_api']}, "
+          f"{p['num_threads']} threads, {p['architecture']}, "
+          f"{os.path.basename(p['filepath'] or '')})" for p in pools]
+
+
+def main(argv):
+  del argv
+  ns, repeats = parse_ns(FLAGS.ns), FLAGS.repeats
+  grid = evaluation_grid()
+  truth = true_effect(grid)
+  print(f"# two-stage KRR benchmark: ours (JAX) vs scikit-learn, repeats={repeats}, "
+        f"seed={FLAGS.seed}", flush=True)
+  print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs "
+        f"({len(os.sched_getaffinity(0))} usable), Python {platform.python_version()}, "
+        f"numpy {np.__version__}")
+  print("env: " + ", ".join(f"{v}={os.environ.get(v, '<unset>')}" for v in ENV_VARS))
+  print(f"hyperparameters: {HYPER}; design: overlap={OVERLAP}; grid: "
+        f"linspace(-1, 1, {GRID_POINTS})", flush=True)
+
+  rows, loads, shown = [], [], False
+  for n in ns:
+    t, x, y = sample(n, FLAGS.seed)
+    load_before = os.getloadavg()[0]
+    results = {}
+    for side in SIDES:
+      print(f"running {side} at n={n} ...", file=sys.stderr, flush=True)
+      results[side] = run_isolated(side, t, x, y, grid, repeats)
+    if not shown:
+      print("versions: " + ", ".join(
+          f"{k} {v}" for side in SIDES for k, v in results[side]["versions"].items()
+          if k in ("jax", "sklearn", "backend")))
+      print("thread pools (threadpoolctl, per process):")
+      for side in SIDES:
+        print("\n".join(describe_threadpools(side, results[side]["threadpools"])))
+      print("  ours: XLA:CPU runs its own intra-op thread pool (not listed by threadpoolctl)")
+      print(flush=True)
+      shown = True
+    rows.append(table_row(n, results["ours"], results["sklearn"], truth))
+    loads.append(f"n={n}: {load_before:.2f} -> {os.getloadavg()[0]:.2f}")
+    print(f"  n={n}: ours {results['ours']['times']}, sklearn {results['sklearn']['times']}",
+          file=sys.stderr, flush=True)
+
+  print(TABLE_HEADER)
+  print("\n".join(rows))
+  print(f"\n1-minute load average before -> after each n ({os.cpu_count()} CPUs): "
+        + "; ".join(loads))
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=parse_flags)

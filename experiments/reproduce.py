@@ -1,0 +1,81 @@
+"""Runs every registered experiment at a preset and writes ``REPORT.md`` with plots.
+
+  python -m experiments.reproduce [--only=kernel_ridge] [--preset=quick] [--workdir=results]
+
+Each experiment runs in ``workdir/<name>/`` and saves its ``result.json``
+atomically. If an experiment fails, its last good result (if any) stays in the
+report marked stale, the error is printed on one line, and the exit status is 1:
+a broken run never replaces a good result.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+from absl import app
+from absl import flags
+
+from common import config as config_lib
+from common import report
+from experiments import registry
+
+flags.DEFINE_list("only", None, "Comma-separated experiment names (default: all).")
+flags.DEFINE_string("preset", "quick", "Config preset for every experiment.")
+flags.DEFINE_string("workdir", "results", "Where REPORT.md, plots and results go.")
+FLAGS = flags.FLAGS
+
+
+def reproduce(names: list[str] | None, preset: str, workdir: str) -> tuple[str, list[str]]:
+  """Runs the experiments; returns (report text, names that failed)."""
+  registry.load_all()
+  experiments = report.registered()
+  names = list(experiments) if not names else names
+  unknown = [n for n in names if n not in experiments]
+  if unknown:
+    raise config_lib.ConfigError(
+        f"unknown experiment(s) {unknown}; registered: {', '.join(experiments)}")
+  configs = {n: registry.config_module(n).get_config(preset) for n in names}
+  for n, config in configs.items():
+    registry.config_module(n).validate(config)
+  entries, failed = {}, []
+  for name in names:
+    exp_dir = os.path.join(workdir, name)
+    print(f"[reproduce] {name} ({preset}) -> {exp_dir}", flush=True)
+    try:
+      result = experiments[name].run(configs[name], exp_dir)
+      report.save_result(result, exp_dir)
+      entries[name] = (experiments[name], result, "")
+    except Exception as e:  # pylint: disable=broad-except
+      traceback.print_exc()
+      failed.append(name)
+      print(f"[reproduce] {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
+      previous = report.load_result(exp_dir)
+      if previous is not None:
+        entries[name] = (experiments[name], previous, "stale: this run failed")
+  # Keep rows of experiments not run this time (e.g. with --only) from their last result.
+  for name, exp in experiments.items():
+    if name not in entries:
+      previous = report.load_result(os.path.join(workdir, name))
+      if previous is not None:
+        entries[name] = (exp, previous, "" if name not in failed else "stale")
+  text = report.write_report(dict(sorted(entries.items())),
+                             os.path.join(workdir, "REPORT.md"), preset)
+  return text, failed
+
+
+def main(argv):
+  del argv
+  try:
+    text, failed = reproduce(FLAGS.only, FLAGS.preset, FLAGS.workdir)
+  except config_lib.ConfigError as e:
+    sys.stderr.write(f"error: {e}\n")
+    sys.exit(2)
+  print(text)
+  if failed:
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,167 @@
+"""Two-stage kernel ridge: solvers against closed forms, pseudo-outcomes against brute
+force, a property test of the permutation pseudo-outcomes, and the tiny claim test."""
+
+import chex
+from hypothesis import given, settings, strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from common import kernels
+from common.data import causal
+from methods import kernel_ridge as kr
+from methods.kernel_ridge import baselines
+from methods.kernel_ridge import krr
+from methods.kernel_ridge import two_stage
+
+
+def _problem(n=60, seed=0):
+  rng = np.random.default_rng(seed)
+  x = rng.uniform(-2, 2, size=(n, 2))
+  y = np.sin(x[:, 0]) + 0.3 * x[:, 1] ** 2 + 0.1 * rng.normal(size=n)
+  return jnp.asarray(x), jnp.asarray(y)
+
+
+def test_cholesky_and_cg_match_closed_form(x64):
+  x, y = _problem()
+  k, lam, n = kernels.Kernel(0.8), 1e-3, x.shape[0]
+  gram = np.asarray(k(x, x))
+  alpha = np.linalg.solve(gram + n * lam * np.eye(n), np.asarray(y))
+  np.testing.assert_allclose(krr.fit(k, x, y, lam).weights, alpha, rtol=1e-8)
+  cg = krr.fit(k, x, y, lam, solver="cg", chunk_size=16)
+  np.testing.assert_allclose(krr.predict(k, cg, x), gram @ alpha, atol=1e-5)
+
+
+def test_spectral_path_matches_solves_and_brute_force_loo(x64):
+  x, y = _problem(n=30)
+  k, n = kernels.Kernel(0.8), 30
+  lams = jnp.array([1e-4, 1e-2])
+  path = krr.spectral_path(k(x, x), y, lams)
+  for i, lam in enumerate(lams):
+    np.testing.assert_allclose(path.alphas[i], krr.fit(k, x, y, lam).weights, rtol=1e-6)
+    loo = []
+    for j in range(n):
+      keep = np.arange(n) != j
+      # Leave-one-out refits keep the ridge n*lambda of the full problem.
+      alpha = np.linalg.solve(np.asarray(k(x[keep], x[keep])) + n * lam * np.eye(n - 1),
+                              np.asarray(y[keep]))
+      loo.append(float(y[j] - (np.asarray(k(x[j:j + 1], x[keep])) @ alpha)[0]))
+    np.testing.assert_allclose(path.loo_mse[i], np.mean(np.square(loo)), rtol=1e-6)
+
+
+def test_nystrom_with_all_points_is_exact_and_close_with_fewer(x64, rng):
+  x, y = _problem(n=80)
+  k, lam = kernels.Kernel(1.0), 1e-3
+  exact = krr.predict(k, krr.fit(k, x, y, lam), x)
+  full = krr.fit(k, x, y, lam, solver="nystrom", key=rng, num_landmarks=80, chunk_size=32)
+  np.testing.assert_allclose(krr.predict(k, full, x), exact, atol=1e-4)
+  part = krr.fit(k, x, y, lam, solver="nystrom", key=rng, num_landmarks=40, chunk_size=32)
+  rel = jnp.linalg.norm(krr.predict(k, part, x) - exact) / jnp.linalg.norm(exact)
+  assert float(rel) < 0.02
+
+
+def test_chunked_rows_handles_ragged_sizes():
+  z = (jnp.arange(10.0), jnp.arange(20.0).reshape(10, 2))
+  out = krr.chunked_rows(lambda r: r[0] + r[1].sum(1), z, chunk_size=3)
+  np.testing.assert_allclose(out, z[0] + z[1].sum(1))
+
+
+def _toy_stage1(n=25, seed=1):
+  rng = np.random.default_rng(seed)
+  t, x = jnp.asarray(rng.normal(size=n)), jnp.asarray(rng.normal(size=(n, 2)))
+  k = two_stage.product_kernel("rbf", "matern32", 0.9, 1.3)
+  return t, x, k, krr.KRRFit(centers=(t, x), weights=jnp.asarray(rng.normal(size=n)))
+
+
+def test_average_pseudo_outcomes_equal_brute_force_covariate_average(x64):
+  t, x, k, fit = _toy_stage1()
+  tn, xn, w = np.asarray(t), np.asarray(x), np.asarray(fit.weights)
+
+  def mu(ti, xj):  # mu(t, x) = sum_l w_l rbf(t, t_l; 0.9) matern32(x, x_l; 1.3)
+    r = np.sqrt(3) * np.linalg.norm(xj - xn, axis=1) / 1.3
+    return np.sum(w * np.exp(-0.5 * (ti - tn) ** 2 / 0.81) * (1 + r) * np.exp(-r))
+
+  brute = [np.mean([mu(ti, xj) for xj in xn]) for ti in tn]
+  np.testing.assert_allclose(two_stage.marginalize(fit, k, x)(t), brute, rtol=1e-10)
+
+
+def test_two_stage_recovers_theta_exactly_when_mu_is_separable(x64):
+  # If mu(t, x) = f(t) g(x) with f, g in the RKHSs, the plug-in effect of the true mu is
+  # f(t) * mean_j g(X_j): check the pipeline pieces reproduce it for a known mu.
+  t, x, k, _ = _toy_stage1()
+  weights = jnp.zeros(t.shape[0]).at[3].set(2.0)        # mu = 2 k_T(t, t3) k_X(x, x3)
+  fit = krr.KRRFit(centers=(t, x), weights=weights)
+  k_t, k_x = k.factors
+  theta = 2.0 * k_t(t, t[3:4])[:, 0] * jnp.mean(k_x(x, x[3:4]))
+  np.testing.assert_allclose(two_stage.marginalize(fit, k, x)(t), theta, rtol=1e-12)
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_permuted_pseudo_outcomes_are_unbiased_for_the_average(seed):
+  # For a uniformly random permutation, X_{pi(i)} is uniform over the sample, so
+  # E_pi[mu(T_i, X_pi(i))] is exactly the covariate average. Check the Monte Carlo
+  # mean over R permutations lies within 5 standard errors.
+  with jax.enable_x64(True):
+    t, x, k, fit = _toy_stage1(n=12, seed=seed % 7)
+    exact = two_stage.marginalize(fit, k, x)(t)
+    mean = two_stage.permuted_pseudo_outcomes(fit, k, t, x, jax.random.PRNGKey(seed), 400)
+    mus = k.factors[0](t, t) @ (fit.weights[:, None] * k.factors[1](x, x))  # (i, j): mu(T_i, X_j)
+    se = jnp.std(mus, axis=1) / jnp.sqrt(400.0)
+    assert bool(jnp.all(jnp.abs(mean - exact) <= 5 * se + 1e-9))
+
+
+def test_fit_two_stage_solvers_agree_and_trace_once(x64, rng):
+  data = causal.overlap_design(rng, 120)
+  hyper = kr.TwoStageHyper(1.0, 0.5, 1e-3, 1.0, 1e-3)
+  grid = jnp.linspace(-1, 1, 9)
+  exact = kr.fit_two_stage(data.t, data.x, data.y, hyper)
+  nys = kr.fit_two_stage(data.t, data.x, data.y, hyper, solver="nystrom",
+                         num_landmarks=120, key=rng)
+  np.testing.assert_allclose(nys.effect(grid), exact.effect(grid), atol=1e-3)
+  # With "average" pseudo-outcomes the targets are the plug-in at the observed T.
+  np.testing.assert_allclose(exact.pseudo_outcomes, exact.plug_in(data.t), rtol=1e-10)
+  traced = chex.assert_max_traces(two_stage._fit_two_stage.__wrapped__, n=1)
+  jitted = jax.jit(traced, static_argnums=tuple(range(5, 12)))
+  args = ("rbf", "rbf", "average", "cholesky", 16, None, 2)
+  cast = kr.TwoStageHyper(*(jnp.asarray(v) for v in hyper))
+  for seed in range(3):
+    d = causal.overlap_design(jax.random.PRNGKey(seed), 120)
+    out = jitted(d.t, d.x, d.y, cast, rng, *args)
+    assert bool(jnp.all(jnp.isfinite(out.effect(grid))))
+
+
+def test_gradients_flow_through_the_fit(x64, rng):
+  data = causal.overlap_design(rng, 50)
+  def loss(log_ell):
+    hyper = kr.TwoStageHyper(jnp.exp(log_ell), 0.5, 1e-3, 1.0, 1e-3)
+    return jnp.sum(kr.fit_two_stage(data.t, data.x, data.y, hyper).effect(data.t) ** 2)
+  assert np.isfinite(jax.grad(loss)(0.0))
+
+
+def test_bad_inputs_raise_before_work(rng):
+  data = causal.overlap_design(rng, 20)
+  hyper = kr.TwoStageHyper(1.0, 1.0, 1e-3, 1.0, 1e-3)
+  with pytest.raises(ValueError, match="lam1 must be > 0, got -1"):
+    kr.fit_two_stage(data.t, data.x, data.y, hyper._replace(lam1=-1.0))
+  with pytest.raises(ValueError, match=r"outcome y must have shape \(20,\)"):
+    kr.fit_two_stage(data.t, data.x, data.y[:5], hyper)
+  with pytest.raises(ValueError, match="unknown solver 'svd'"):
+    kr.fit_two_stage(data.t, data.x, data.y, hyper, solver="svd")
+  with pytest.raises(ValueError, match="unknown pseudo-outcome rule"):
+    kr.fit_two_stage(data.t, data.x, data.y, hyper, pseudo="mean")
+  with pytest.raises(ValueError, match="val_fraction"):
+    kr.select_two_stage(data.t, data.x, data.y, rng, kr.SelectionGrid(val_fraction=1.5))
+  with pytest.raises(ValueError, match="ridge lambda must be > 0"):
+    krr.fit(kernels.Kernel(1.0), data.x, data.y, 0.0)
+
+
+def test_selection_returns_grid_values_and_finite_scores(x64, rng):
+  data = causal.overlap_design(rng, 80, overlap=0.5)
+  grid = kr.SelectionGrid(scales_t=(1.0,), scales_x=(0.5, 1.0), lams1=(1e-4, 1e-2),
+                          scales_t2=(0.5, 1.0), lams2=(1e-4, 1e-2))
+  chosen = kr.select_two_stage(data.t, data.x, data.y, rng, grid)
+  assert chosen.scores.shape == (1, 2, 2, 2, 2)
+  assert np.isfinite(chosen.scores).all() and chosen.score == chosen.scores.min()
+  assert chosen.hyper.lam1 in grid.lams1 and chosen.hyper.lam2 in grid.lams2
