@@ -33,10 +33,13 @@ each side (peak RSS of its process minus its RSS just before the first fit).
 Each (side, n) runs in its own freshly spawned process, so memory peaks are per side and
 per n and one side's allocations cannot slow the other. The BLAS thread pools seen by
 each process are printed first (threadpoolctl), as are relevant environment variables;
-the benchmark does not change them. The 1-minute load average before and after each n
-is printed under the table: other processes competing for the cores make multithreaded
-BLAS/LAPACK times erratic, so rerun when it is well above the core count. Memory: about five n x n float64 matrices per side
-(n = 8000: ~2.5 GB).
+the benchmark does not change them. Under the table, for each n, is the share of the
+machine's CPU time that other processes used while it ran (Linux /proc/stat minus this
+process and its workers): competing processes make multithreaded BLAS/LAPACK times
+erratic (threads wait for descheduled siblings), so rerun when that share is not near 0.
+Both sides' Cholesky factorisations run in scipy's bundled OpenBLAS (jaxlib's CPU LAPACK
+kernels are scipy's). Memory: a few n x n float64 matrices per side (n = 8000: up to
+~3 GB).
 """
 
 from __future__ import annotations
@@ -214,6 +217,39 @@ def run_side(side: str, t: np.ndarray, x: np.ndarray, y: np.ndarray, grid: np.nd
               threadpools=_threadpools())
 
 
+def _busy_seconds() -> float | None:
+  """Non-idle CPU seconds of the whole machine since boot (Linux /proc/stat), or None."""
+  try:
+    with open("/proc/stat") as f:
+      fields = [int(v) for v in f.readline().split()[1:]]
+  except (OSError, ValueError):
+    return None
+  idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+  steal_guest = sum(fields[7:])  # steal, guest, guest_nice: not work done here
+  return (sum(fields) - idle - steal_guest) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds() -> float:
+  """CPU seconds of this process and its reaped children (the spawned workers)."""
+  t = os.times()
+  return t.user + t.system + t.children_user + t.children_system
+
+
+class OtherLoad:
+  """Share of the machine's CPU capacity used by other processes over an interval."""
+
+  def __init__(self):
+    self.wall, self.busy, self.own = time.monotonic(), _busy_seconds(), _own_seconds()
+
+  def share(self) -> float | None:
+    busy = _busy_seconds()
+    if busy is None or self.busy is None:
+      return None
+    wall = time.monotonic() - self.wall
+    other = (busy - self.busy) - (_own_seconds() - self.own)
+    return max(other, 0.0) / (wall * (os.cpu_count() or 1))
+
+
 def run_isolated(side: str, *args) -> dict:
   """``run_side`` in a freshly spawned process (clean memory peak, no shared pools)."""
   ctx = multiprocessing.get_context("spawn")
@@ -275,7 +311,7 @@ def main(argv):
   rows, loads, shown = [], [], False
   for n in ns:
     t, x, y = sample(n, FLAGS.seed)
-    load_before = os.getloadavg()[0]
+    load = OtherLoad()
     results = {}
     for side in SIDES:
       print(f"running {side} at n={n} ...", file=sys.stderr, flush=True)
@@ -291,13 +327,14 @@ def main(argv):
       print(flush=True)
       shown = True
     rows.append(table_row(n, results["ours"], results["sklearn"], truth))
-    loads.append(f"n={n}: {load_before:.2f} -> {os.getloadavg()[0]:.2f}")
+    share = load.share()
+    loads.append(f"n={n}: " + ("n/a" if share is None else f"{100 * share:.0f}%"))
     print(f"  n={n}: ours {results['ours']['times']}, sklearn {results['sklearn']['times']}",
           file=sys.stderr, flush=True)
 
   print(TABLE_HEADER)
   print("\n".join(rows))
-  print(f"\n1-minute load average before -> after each n ({os.cpu_count()} CPUs): "
+  print(f"\nCPU used by other processes while each n ran (share of {os.cpu_count()} CPUs): "
         + "; ".join(loads))
 
 
