@@ -8,13 +8,23 @@ value and what is allowed; the entrypoints print it as one line.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+import sys
+from typing import Any, Callable, Iterable, Mapping, NoReturn
 
 import ml_collections
 
 
 class ConfigError(ValueError):
   """A bad preset, key or value; the message is one line."""
+
+
+def die(message: Any) -> NoReturn:
+  """Prints ``error: <message>`` on one line to stderr and exits with status 2.
+
+  What the entrypoints do with bad input, instead of a traceback.
+  """
+  sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
+  sys.exit(2)
 
 
 def build(name: str, base: Mapping[str, Any], presets: Mapping[str, Mapping[str, Any]],

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 
 from absl import app
 from absl import flags
@@ -28,12 +27,6 @@ FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Path to a config file, with :preset.",
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Directory for outputs, checkpoints and results.")
-
-
-def die(message: str) -> None:
-  """Prints a one-line error and exits with status 2."""
-  sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
-  sys.exit(2)
 
 
 def _config_path(argv: list[str]) -> str | None:
@@ -54,13 +47,13 @@ def parse_flags(argv: list[str]) -> list[str]:
   path = _config_path(argv)
   if path is not None:
     if not os.path.isfile(path):
-      die(f"config file not found: {path}")
+      config_lib.die(f"config file not found: {path}")
     keys = _config_keys(path)
     for arg in argv:
       if arg.startswith("--config."):
         key = arg[len("--config."):].split("=", 1)[0].split(".", 1)[0]
         if key not in keys:
-          die(f"unknown config key {key!r} in {arg.split('=', 1)[0]}; "
+          config_lib.die(f"unknown config key {key!r} in {arg.split('=', 1)[0]}; "
               f"valid keys: {', '.join(keys)}")
   try:
     rest = FLAGS(argv)
@@ -70,11 +63,11 @@ def parse_flags(argv: list[str]) -> list[str]:
     if "Traceback" in text:  # config_flags wraps errors from get_config in a traceback
       text = text.strip().splitlines()[-1]
       text = text.split("ConfigError: ", 1)[-1]
-    die(text)
+    config_lib.die(text)
   if FLAGS.config is None:
-    die("--config is required, e.g. --config=experiments/configs/kernel_ridge.py:quick")
+    config_lib.die("--config is required, e.g. --config=experiments/configs/kernel_ridge.py:quick")
   if not FLAGS.workdir:
-    die("--workdir is required")
+    config_lib.die("--workdir is required")
   return rest
 
 
@@ -85,7 +78,7 @@ def run_experiment(config, workdir: str) -> report.Result:
     experiment = report.get(config.method)
     registry.config_module(config.method).validate(config)
   except (config_lib.ConfigError, ValueError) as e:
-    die(e)
+    config_lib.die(e)
   result = experiment.run(config, workdir)
   report.save_result(result, workdir)
   return result

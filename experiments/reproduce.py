@@ -59,7 +59,7 @@ def reproduce(names: list[str] | None, preset: str, workdir: str) -> tuple[str, 
     if name not in entries:
       previous = report.load_result(os.path.join(workdir, name))
       if previous is not None:
-        entries[name] = (exp, previous, "" if name not in failed else "stale")
+        entries[name] = (exp, previous, "")
   text = report.write_report(dict(sorted(entries.items())),
                              os.path.join(workdir, "REPORT.md"), preset)
   return text, failed
@@ -70,8 +70,7 @@ def main(argv):
   try:
     text, failed = reproduce(FLAGS.only, FLAGS.preset, FLAGS.workdir)
   except config_lib.ConfigError as e:
-    sys.stderr.write(f"error: {e}\n")
-    sys.exit(2)
+    config_lib.die(e)
   print(text)
   if failed:
     sys.exit(1)

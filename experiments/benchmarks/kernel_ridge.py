@@ -51,11 +51,12 @@ import platform
 import resource
 import sys
 import time
-from typing import Any
 
 from absl import app
 from absl import flags
 import numpy as np
+
+from common import config as config_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("ns", ["2000", "8000"], "Comma-separated sample sizes (each >= 16).")
@@ -69,12 +70,6 @@ HYPER = dict(lengthscale_t=1.0, lengthscale_x=0.5, lam1=1e-4, lengthscale_t2=1.0
 SIDES = ("ours", "sklearn")
 ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
             "MKL_NUM_THREADS", "XLA_FLAGS", "NVPL_BLAS_DEBUG_CPU_TYPE")
-
-
-def die(message: Any) -> None:
-  """Prints a one-line error and exits with status 2."""
-  sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
-  sys.exit(2)
 
 
 def parse_ns(values: list[str]) -> list[int]:
@@ -98,15 +93,15 @@ def parse_flags(argv: list[str]) -> list[str]:
   try:
     rest = FLAGS(argv)
   except flags.Error as e:
-    die(e)
+    config_lib.die(e)
   if len(rest) > 1:
-    die(f"unexpected positional arguments: {' '.join(rest[1:])}")
+    config_lib.die(f"unexpected positional arguments: {' '.join(rest[1:])}")
   try:
     parse_ns(FLAGS.ns)
   except ValueError as e:
-    die(e)
+    config_lib.die(e)
   if FLAGS.repeats < 1:
-    die(f"--repeats must be >= 1, got {FLAGS.repeats}")
+    config_lib.die(f"--repeats must be >= 1, got {FLAGS.repeats}")
   return rest
 
 

@@ -52,6 +52,22 @@ def take_rows(z: Any, idx: Array) -> Any:
   return jax.tree_util.tree_map(lambda a: a[idx], z)
 
 
+def row_blocks(z: Any, chunk_size: int) -> tuple[Any, int]:
+  """Splits every leaf of ``z`` into (num_chunks, chunk_size, ...) blocks of rows.
+
+  The last block is padded with copies of row 0; returns (blocks, num_chunks).
+  """
+  n = num_rows(z)
+  num_chunks = -(-n // chunk_size)
+  pad = num_chunks * chunk_size - n
+
+  def block(a):
+    a = jnp.concatenate([a, jnp.broadcast_to(a[:1], (pad,) + a.shape[1:])], axis=0)
+    return a.reshape((num_chunks, chunk_size) + a.shape[1:])
+
+  return jax.tree_util.tree_map(block, z), num_chunks
+
+
 def chunked_rows(fn: Callable[[Any], Array], z: Any, chunk_size: int | None) -> Array:
   """Computes fn(z) row-chunk by row-chunk and concatenates along axis 0.
 
@@ -62,14 +78,7 @@ def chunked_rows(fn: Callable[[Any], Array], z: Any, chunk_size: int | None) -> 
   n = num_rows(z)
   if chunk_size is None or chunk_size >= n:
     return fn(z)
-  num_chunks = -(-n // chunk_size)
-  pad = num_chunks * chunk_size - n
-
-  def _pad(a):
-    return jnp.concatenate([a, jnp.broadcast_to(a[:1], (pad,) + a.shape[1:])], axis=0)
-
-  blocks = jax.tree_util.tree_map(
-      lambda a: _pad(a).reshape((num_chunks, chunk_size) + a.shape[1:]), z)
+  blocks, num_chunks = row_blocks(z, chunk_size)
   out = jax.lax.map(fn, blocks)
   return out.reshape((num_chunks * chunk_size,) + out.shape[2:])[:n]
 
@@ -141,25 +150,20 @@ def nystrom_normal_equations(k: Gram, z: Any, y: Array, landmarks: Any,
   if chunk_size is None or chunk_size >= n:
     k_nm = k(z, landmarks)
     return k_nm.T @ k_nm, k_nm.T @ y, k(landmarks, landmarks)
-  num_chunks = -(-n // chunk_size)
-  pad = num_chunks * chunk_size - n
-  mask = jnp.concatenate([jnp.ones((n,), y.dtype), jnp.zeros((pad,), y.dtype)])
-  z_pad = jax.tree_util.tree_map(
-      lambda a: jnp.concatenate([a, jnp.broadcast_to(a[:1], (pad,) + a.shape[1:])]), z)
-  y_pad = jnp.concatenate([y, jnp.zeros((pad,), y.dtype)])
+  blocks, num_chunks = row_blocks((z, y), chunk_size)
+  # Padding rows are zeroed so they add nothing to K_mn K_nm or K_mn y.
+  mask = (jnp.arange(num_chunks * chunk_size) < n).astype(y.dtype)
+  mask = mask.reshape(num_chunks, chunk_size)
 
-  def body(carry, i):
+  def body(carry, xs):
     ktk, kty = carry
-    rows = jax.tree_util.tree_map(
-        lambda a: jax.lax.dynamic_slice_in_dim(a, i * chunk_size, chunk_size), z_pad)
-    w = jax.lax.dynamic_slice_in_dim(mask, i * chunk_size, chunk_size)
-    yc = jax.lax.dynamic_slice_in_dim(y_pad, i * chunk_size, chunk_size)
+    (rows, yc), w = xs
     kc = k(rows, landmarks) * w[:, None]
     return (ktk + kc.T @ kc, kty + kc.T @ yc), None
 
   dtype = y.dtype
   init = (jnp.zeros((m, m), dtype), jnp.zeros((m,), dtype))
-  (ktk, kty), _ = jax.lax.scan(body, init, jnp.arange(num_chunks))
+  (ktk, kty), _ = jax.lax.scan(body, init, (blocks, mask))
   return ktk, kty, k(landmarks, landmarks)
 
 

@@ -82,6 +82,9 @@ def _spectral(gram, y, lams):
   return krr.spectral_path(gram, y, lams)
 
 
+_cholesky = jax.jit(krr.solve_cholesky)
+
+
 def loo_select(kernel_list: Sequence, z, y: Array, lams: Sequence[float], *,
                max_n: int | None = None, key: Array | None = None) -> LooSelected:
   """Chooses (kernel, lambda) minimising the exact leave-one-out error of KRR.
@@ -109,8 +112,6 @@ def loo_select(kernel_list: Sequence, z, y: Array, lams: Sequence[float], *,
     best = best._replace(alphas=_cholesky(k(z, z), y, jnp.asarray(best.lam, y.dtype)))
   return best
 
-
-_cholesky = jax.jit(krr.solve_cholesky)
 
 
 @jax.jit
@@ -186,13 +187,16 @@ def select_two_stage(t: Array, x: Array, y: Array, key: Array,
     stage2.append((jnp.maximum(s, 0.0), u, k2(t2, t1)))
   scores = np.zeros((len(grid.scales_t), len(grid.scales_x), len(grid.lams1),
                      len(grid.scales_t2), len(grid.lams2)))
+  # Covariate Grams and mean embeddings depend only on the covariate lengthscale.
+  covariate = []
+  for sx in grid.scales_x:
+    k_x = kernels.Kernel(sx * h_x, kernel_x)
+    covariate.append((k_x(x1, x1), two_stage.mean_embedding(k_x, x1, x_population,
+                                                             chunk_size=2048)))
   for a, st in enumerate(grid.scales_t):
-    for b, sx in enumerate(grid.scales_x):
-      k1 = stage1_kernel(st, sx)
-      k_t, k_x = k1.factors
-      e = two_stage.mean_embedding(k_x, x1, x_population, chunk_size=2048)
-      gram_t = k_t(t1, t1)
-      gram1 = gram_t * k_x(x1, x1)
+    gram_t = kernels.Kernel(st * h_t, kernel_t)(t1, t1)
+    for b, (gram_x, e) in enumerate(covariate):
+      gram1 = gram_t * gram_x
       for c, (s, u, cross) in enumerate(stage2):
         scores[a, b, :, c, :] = np.asarray(_candidate_scores(
             gram1, gram_t * e[None, :], y1, lams1, s, u, cross, lams2, theta_tilde))

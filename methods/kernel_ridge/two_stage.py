@@ -173,7 +173,8 @@ def fit_two_stage(t: Array, x: Array, y: Array, hyper: TwoStageHyper, *,
   """
   t, x = check_inputs(t, x, y)
   _check_hyper(hyper)
-  kernels.get_kernel(kernel_t), kernels.get_kernel(kernel_x)
+  for name in (kernel_t, kernel_x):
+    kernels.get_kernel(name)  # raises on an unknown name
   if pseudo not in PSEUDO_OUTCOMES:
     raise ValueError(f"unknown pseudo-outcome rule {pseudo!r}; expected one of {PSEUDO_OUTCOMES}")
   if solver not in krr.SOLVERS:

@@ -1,6 +1,5 @@
 """Synthetic dose-response designs and the CSV loader."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -11,7 +11,6 @@ import pytest
 from common import kernels
 from common.data import causal
 from methods import kernel_ridge as kr
-from methods.kernel_ridge import baselines
 from methods.kernel_ridge import krr
 from methods.kernel_ridge import two_stage
 
