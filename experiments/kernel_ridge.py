@@ -115,8 +115,10 @@ def run_trials(config, workdir: str) -> dict:
   with open(path, "a") as log:
     for s, n, seed in tqdm.tqdm(todo, desc="kernel_ridge trials", leave=False):
       if (s, n, seed) not in done:
+        # Keyed by the scenario's fixed position in SCENARIOS, so a trial draws the same
+        # data whichever scenarios a config selects (and cached trials stay consistent).
         key = jax.random.fold_in(jax.random.fold_in(
-            jax.random.PRNGKey(config.seed), config.scenarios.index(s)), n * 1000 + seed)
+            jax.random.PRNGKey(config.seed), config_module.SCENARIOS.index(s)), n * 1000 + seed)
         data_key, fit_key = jax.random.split(key)
         sample, effect = samplers[s]
         data = sample(data_key, n)
