@@ -22,7 +22,9 @@ test: install
 
 bench: install
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
-	$(PY) -m experiments.benchmarks.kernel_ridge
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps 'torchcfm==1.0.7'
+	for m in experiments/benchmarks/[a-z]*.py; do \
+	  $(PY) -m experiments.benchmarks.$$(basename $$m .py) || exit 1; done
 
 clean:
 	rm -rf $(VENV) results/REPORT.md results/*.png

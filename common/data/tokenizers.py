@@ -1,0 +1,72 @@
+"""Tokenizers with one interface: `encode(text) -> list[int]`, `decode(ids) -> str`, `vocab_size`.
+
+- `ByteTokenizer`: UTF-8 bytes are the tokens (vocabulary 256), for models trained
+  here; every string round-trips exactly.
+- `HFTokenizer`: a Hugging Face `tokenizer.json` read from a local path through the
+  `tokenizers` package (the format every HF checkpoint ships); nothing is downloaded.
+
+Example:
+    >>> tok = ByteTokenizer()
+    >>> tok.decode(tok.encode("héllo")) == "héllo"
+    True
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class ByteTokenizer:
+  """Bytes as tokens: encode = list(text.encode("utf-8")), vocab_size = 256."""
+
+  vocab_size = 256
+
+  def encode(self, text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+  def encode_array(self, text: str) -> np.ndarray:
+    """The byte ids as a uint8 array (no Python list for long texts)."""
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+
+  def decode(self, ids: Sequence[int]) -> str:
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() > 255):
+      raise ValueError(f"byte token ids must be in 0..255, got range "
+                       f"[{ids.min()}, {ids.max()}]")
+    return bytes(ids.astype(np.uint8).tolist()).decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+  """A `tokenizers.Tokenizer` loaded from a tokenizer.json file."""
+
+  def __init__(self, path: str | os.PathLike):
+    path = os.fspath(path)
+    if os.path.isdir(path):
+      path = os.path.join(path, "tokenizer.json")
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f"no tokenizer.json at {path!r}")
+    import tokenizers  # Lazy: only users of real checkpoints need it.
+
+    self.path = path
+    self._tok = tokenizers.Tokenizer.from_file(path)
+
+  @property
+  def vocab_size(self) -> int:
+    return self._tok.get_vocab_size(with_added_tokens=True)
+
+  def encode(self, text: str) -> list[int]:
+    return self._tok.encode(text, add_special_tokens=False).ids
+
+  def decode(self, ids: Sequence[int]) -> str:
+    return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+  def token_to_id(self, token: str) -> int | None:
+    return self._tok.token_to_id(token)
+
+
+def load_tokenizer(path: str | os.PathLike) -> HFTokenizer:
+  """Reads `path/tokenizer.json` (or the file `path`)."""
+  return HFTokenizer(path)

@@ -1,0 +1,481 @@
+"""A decoder-only transformer LM (Llama/Qwen and GPT-NeoX/Pythia families), used functionally.
+
+One `TransformerConfig` picks the family and the sizes:
+
+  llama (Llama, Qwen2, Qwen3):   h = x + Attn(RMSNorm(x));  y = h + SwiGLU(RMSNorm(h))
+  neox  (GPT-NeoX, Pythia):      y = x + Attn(LN_1(x)) + MLP(LN_2(x))   (parallel residual)
+                                 or the sequential form when parallel_residual=False
+
+with causal grouped-query attention softmax(q k^T / sqrt(d_head)) v over rotary-embedded
+queries and keys (rotary on the first `rotary_fraction` of each head, as in Pythia), an
+optional per-head RMSNorm of q and k before the rotation (Qwen3's QK-norm), and
+SwiGLU(x) = W_down (silu(W_gate x) * W_up x) or MLP(x) = W_out act(W_in x).
+
+The module is pure at its boundary: `model.apply({"params": params}, tokens)` gives
+logits; with a `KVCache` it also returns the updated cache, so prefill and one-token
+decoding are the same call. The cache is a plain pytree (stacked per-layer keys and
+values plus the filled length); the attention over it is a swappable function
+(`attention_fn`, see `dot_product_attention` for the signature), so other code can read
+the cache and replace how it is attended (e.g. quantised keys, sparse selection).
+
+Activation taps: every linear layer sows its input under the "taps" collection at the
+same path as its parameters (`params[...]["q_proj"]["kernel"]` <->
+`taps[...]["q_proj"]["input"]`), each attention block sows its per-head outputs
+("heads", (B, T, H, d_head)) and each layer its residual-stream output ("residual").
+Nothing is stored unless the caller asks: `model.apply(..., mutable=["taps"])`.
+
+Example:
+    >>> config = TransformerConfig(family="llama", vocab_size=256, d_model=64,
+    ...                            num_layers=2, num_heads=4, num_kv_heads=2, d_ff=128)
+    >>> model = Transformer(config)
+    >>> params = init_params(model, jax.random.PRNGKey(0))
+    >>> model.apply({"params": params}, jnp.zeros((2, 8), jnp.int32)).shape
+    (2, 8, 256)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+FAMILIES = ("llama", "neox")
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "silu": jax.nn.silu,
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+}
+ROPE_SCALINGS = ("none", "linear", "llama3")
+TAPS = "taps"
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling:
+  """Rotary frequency rescaling for long-context checkpoints.
+
+  kind "linear" divides every frequency by `factor`; "llama3" (Llama 3.1+) divides
+  low frequencies (wavelength > original_max_len / low_freq_factor) by `factor`, keeps
+  high ones (wavelength < original_max_len / high_freq_factor), and interpolates
+  between them linearly in original_max_len / wavelength.
+  """
+  kind: str = "none"
+  factor: float = 1.0
+  low_freq_factor: float = 1.0
+  high_freq_factor: float = 4.0
+  original_max_len: int = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Family and sizes of a decoder-only transformer.
+
+  Attributes:
+    family: "llama" (RMSNorm, SwiGLU, sequential residual) or "neox" (LayerNorm with
+      bias, plain MLP, parallel residual by default).
+    vocab_size, d_model, num_layers, num_heads, d_ff: the sizes.
+    num_kv_heads: key/value heads for grouped-query attention (None: num_heads);
+      must divide num_heads.
+    head_dim: per-head width (None: d_model // num_heads).
+    max_seq_len: the longest sequence positions are meant for (cache default size).
+    rope_theta: rotary base; rotary_fraction: share of each head that is rotated.
+    rope_scaling: frequency rescaling (`RopeScaling`).
+    norm_eps: epsilon of every RMSNorm/LayerNorm.
+    qk_norm: RMSNorm over head_dim on q and k before the rotation (Qwen3).
+    qkv_bias, o_bias, mlp_bias: biases on q/k/v, the attention output, the MLP.
+    parallel_residual: attention and MLP read the same input (GPT-NeoX).
+    tie_embeddings: the output projection is the transposed input embedding.
+    activation: a key of ACTIVATIONS ("silu" for SwiGLU, "gelu" for NeoX).
+    dtype: compute dtype ("float32" or "bfloat16"); parameters stay float32.
+  """
+  family: str = "llama"
+  vocab_size: int = 256
+  d_model: int = 128
+  num_layers: int = 4
+  num_heads: int = 4
+  num_kv_heads: int | None = None
+  head_dim: int | None = None
+  d_ff: int = 512
+  max_seq_len: int = 512
+  rope_theta: float = 10000.0
+  rotary_fraction: float = 1.0
+  rope_scaling: RopeScaling = RopeScaling()
+  norm_eps: float = 1e-5
+  qk_norm: bool = False
+  qkv_bias: bool = False
+  o_bias: bool = False
+  mlp_bias: bool = False
+  parallel_residual: bool = False
+  tie_embeddings: bool = False
+  activation: str = "silu"
+  dtype: str = "float32"
+
+  def __post_init__(self):
+    if self.family not in FAMILIES:
+      raise ValueError(f"TransformerConfig.family={self.family!r}; expected one of {FAMILIES}")
+    for name in ("vocab_size", "d_model", "num_layers", "num_heads", "d_ff", "max_seq_len"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"TransformerConfig.{name}={value!r}; expected a positive int")
+    if self.num_heads % self.kv_heads:
+      raise ValueError(f"TransformerConfig.num_kv_heads={self.kv_heads} must divide "
+                       f"num_heads={self.num_heads}")
+    if self.head_dim is None and self.d_model % self.num_heads:
+      raise ValueError(f"TransformerConfig.d_model={self.d_model} is not divisible by "
+                       f"num_heads={self.num_heads}; set head_dim explicitly")
+    if not 0.0 < self.rotary_fraction <= 1.0 or self.rotary_dim % 2:
+      raise ValueError(f"TransformerConfig.rotary_fraction={self.rotary_fraction!r} must be in "
+                       f"(0, 1] and give an even rotary width (got {self.rotary_dim})")
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(f"TransformerConfig.activation={self.activation!r}; expected one of "
+                       f"{tuple(ACTIVATIONS)}")
+    if self.rope_scaling.kind not in ROPE_SCALINGS:
+      raise ValueError(f"RopeScaling.kind={self.rope_scaling.kind!r}; expected one of "
+                       f"{ROPE_SCALINGS}")
+    if self.dtype not in ("float32", "bfloat16", "float16"):
+      raise ValueError(f"TransformerConfig.dtype={self.dtype!r}; expected float32/bfloat16/float16")
+
+  @property
+  def kv_heads(self) -> int:
+    return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+  @property
+  def dim_per_head(self) -> int:
+    return self.d_model // self.num_heads if self.head_dim is None else self.head_dim
+
+  @property
+  def rotary_dim(self) -> int:
+    return int(self.dim_per_head * self.rotary_fraction)
+
+  @property
+  def compute_dtype(self):
+    return jnp.dtype(self.dtype)
+
+
+def llama_config(**overrides) -> TransformerConfig:
+  """A Llama/Qwen-style config (RMSNorm, SwiGLU, sequential residual, full rotary)."""
+  return TransformerConfig(**{"family": "llama", "activation": "silu", **overrides})
+
+
+def neox_config(**overrides) -> TransformerConfig:
+  """A GPT-NeoX/Pythia-style config (LayerNorm, GELU MLP with biases, parallel
+  residual, rotary on a quarter of each head)."""
+  defaults = {"family": "neox", "activation": "gelu", "rotary_fraction": 0.25,
+              "qkv_bias": True, "o_bias": True, "mlp_bias": True,
+              "parallel_residual": True}
+  return TransformerConfig(**{**defaults, **overrides})
+
+
+class KVCache(NamedTuple):
+  """Keys and values of every layer for the first `length` positions.
+
+  Attributes:
+    k, v: (num_layers, batch, max_len, num_kv_heads, head_dim); positions >= length
+      are unused. Keys are stored after the rotary embedding.
+    length: int32 scalar, the number of filled positions (shared by the batch).
+  """
+  k: jax.Array
+  v: jax.Array
+  length: jax.Array
+
+
+def init_cache(config: TransformerConfig, batch_size: int, max_len: int | None = None,
+               dtype=None) -> KVCache:
+  """An empty cache for `batch_size` sequences of up to `max_len` (default max_seq_len)."""
+  max_len = config.max_seq_len if max_len is None else max_len
+  if batch_size < 1 or max_len < 1:
+    raise ValueError(f"init_cache needs batch_size >= 1 and max_len >= 1, got "
+                     f"{batch_size}, {max_len}")
+  shape = (config.num_layers, batch_size, max_len, config.kv_heads, config.dim_per_head)
+  dtype = config.compute_dtype if dtype is None else dtype
+  return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((), jnp.int32))
+
+
+def rope_frequencies(config: TransformerConfig) -> jax.Array:
+  """Inverse frequencies theta^(-2i/r), i < r/2, for rotary width r, after rescaling."""
+  r = config.rotary_dim
+  inv_freq = 1.0 / (config.rope_theta ** (jnp.arange(0, r, 2, dtype=jnp.float32) / r))
+  s = config.rope_scaling
+  if s.kind == "linear":
+    inv_freq = inv_freq / s.factor
+  elif s.kind == "llama3":
+    wavelen = 2 * math.pi / inv_freq
+    low_wavelen = s.original_max_len / s.low_freq_factor
+    high_wavelen = s.original_max_len / s.high_freq_factor
+    scaled = jnp.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = (s.original_max_len / wavelen - s.low_freq_factor) / (
+        s.high_freq_factor - s.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    inv_freq = jnp.where(medium, smoothed, scaled)
+  return inv_freq
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, config: TransformerConfig) -> jax.Array:
+  """Rotates the first rotary_dim features of x (B, T, heads, d) by position angles.
+
+  With a = positions * inv_freq duplicated to width r and x_r = x[..., :r]:
+  x_r * cos(a) + rotate_half(x_r) * sin(a), rotate_half([u, w]) = [-w, u]
+  (the half-split convention of the Hugging Face checkpoints).
+  """
+  r = config.rotary_dim
+  angles = positions.astype(jnp.float32)[:, None] * rope_frequencies(config)[None, :]
+  angles = jnp.concatenate([angles, angles], axis=-1)[None, :, None, :]
+  cos, sin = jnp.cos(angles), jnp.sin(angles)
+  x_rot, x_pass = x[..., :r].astype(jnp.float32), x[..., r:]
+  half = r // 2
+  rotated = jnp.concatenate([-x_rot[..., half:], x_rot[..., :half]], axis=-1)
+  out = (x_rot * cos + rotated * sin).astype(x.dtype)
+  return jnp.concatenate([out, x_pass], axis=-1) if x_pass.shape[-1] else out
+
+
+def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
+                          q_positions: jax.Array, kv_length: jax.Array,
+                          layer: int) -> jax.Array:
+  """Causal grouped-query attention; the default `attention_fn`.
+
+  Args:
+    q: (B, T, H, d) rotated queries at absolute positions `q_positions` (T,).
+    k, v: (B, S, KV, d) keys (rotated) and values at positions 0..S-1; only the
+      first `kv_length` are valid. H must be a multiple of KV (query head h reads
+      key/value head h // (H / KV)).
+    kv_length: int scalar, the number of valid key positions.
+    layer: the layer index (unused here; replacements may keep per-layer state).
+
+  Returns:
+    (B, T, H, d): softmax_j(q . k_j / sqrt(d) over j <= position, j < kv_length) v_j.
+  """
+  del layer
+  b, t, h, d = q.shape
+  kv = k.shape[2]
+  q = q.reshape(b, t, kv, h // kv, d)
+  scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
+  scores = scores / jnp.sqrt(jnp.float32(d))
+  key_pos = jnp.arange(k.shape[1])
+  mask = (key_pos[None, :] <= q_positions[:, None]) & (key_pos[None, :] < kv_length)
+  scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+  out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+  return out.reshape(b, t, h, d)
+
+
+class Linear(nn.Module):
+  """y = x W + b with W stored (in, out); sows its input x under "taps"."""
+  features: int
+  use_bias: bool = False
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    self.sow(TAPS, "input", x, init_fn=lambda: None, reduce_fn=lambda _, new: new)
+    kernel = self.param("kernel", nn.initializers.normal(0.02), (x.shape[-1], self.features),
+                        jnp.float32)
+    y = jnp.dot(x.astype(self.dtype), kernel.astype(self.dtype))
+    if self.use_bias:
+      y = y + self.param("bias", nn.initializers.zeros, (self.features,),
+                         jnp.float32).astype(self.dtype)
+    return y
+
+
+class RMSNorm(nn.Module):
+  """x / sqrt(mean(x^2) + eps) * scale, computed in float32."""
+  eps: float = 1e-6
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), jnp.float32)
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return (y * scale).astype(self.dtype)
+
+
+def _norm(config: TransformerConfig, name: str) -> nn.Module:
+  if config.family == "llama":
+    return RMSNorm(eps=config.norm_eps, dtype=config.compute_dtype, name=name)
+  return nn.LayerNorm(epsilon=config.norm_eps, dtype=config.compute_dtype, name=name)
+
+
+class Attention(nn.Module):
+  config: TransformerConfig
+  layer: int
+  attention_fn: Callable = dot_product_attention
+
+  @nn.compact
+  def __call__(self, x, positions, cache_kv, kv_length):
+    c = self.config
+    b, t, _ = x.shape
+    h, kv, d = c.num_heads, c.kv_heads, c.dim_per_head
+    q = _linear(h * d, c.qkv_bias, c, "q_proj")(x).reshape(b, t, h, d)
+    k = _linear(kv * d, c.qkv_bias, c, "k_proj")(x).reshape(b, t, kv, d)
+    v = _linear(kv * d, c.qkv_bias, c, "v_proj")(x).reshape(b, t, kv, d)
+    if c.qk_norm:
+      q = RMSNorm(c.norm_eps, c.compute_dtype, name="q_norm")(q)
+      k = RMSNorm(c.norm_eps, c.compute_dtype, name="k_norm")(k)
+    q, k = apply_rope(q, positions, c), apply_rope(k, positions, c)
+    if cache_kv is None:
+      k_all, v_all, new_kv = k, v, None
+    else:
+      k_cache, v_cache = cache_kv
+      start = positions[0]
+      k_all = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, start, 0, 0))
+      v_all = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, start, 0, 0))
+      new_kv = (k_all, v_all)
+    heads = self.attention_fn(q, k_all, v_all, q_positions=positions, kv_length=kv_length,
+                              layer=self.layer)
+    self.sow(TAPS, "heads", heads, init_fn=lambda: None, reduce_fn=lambda _, new: new)
+    out = _linear(c.d_model, c.o_bias, c, "o_proj")(heads.reshape(b, t, h * d))
+    return out, new_kv
+
+
+class FeedForward(nn.Module):
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x):
+    c = self.config
+    act = ACTIVATIONS[c.activation]
+    if c.family == "llama":
+      hidden = act(_linear(c.d_ff, c.mlp_bias, c, "gate_proj")(x)) * _linear(
+          c.d_ff, c.mlp_bias, c, "up_proj")(x)
+    else:
+      hidden = act(_linear(c.d_ff, c.mlp_bias, c, "up_proj")(x))
+    return _linear(c.d_model, c.mlp_bias, c, "down_proj")(hidden)
+
+
+class Block(nn.Module):
+  config: TransformerConfig
+  layer: int
+  attention_fn: Callable = dot_product_attention
+
+  @nn.compact
+  def __call__(self, x, positions, cache_kv, kv_length):
+    c = self.config
+    attn = Attention(c, self.layer, self.attention_fn, name="attn")
+    attn_out, new_kv = attn(_norm(c, "attn_norm")(x), positions, cache_kv, kv_length)
+    if c.parallel_residual:
+      y = x + attn_out + FeedForward(c, name="mlp")(_norm(c, "mlp_norm")(x))
+    else:
+      h = x + attn_out
+      y = h + FeedForward(c, name="mlp")(_norm(c, "mlp_norm")(h))
+    self.sow(TAPS, "residual", y, init_fn=lambda: None, reduce_fn=lambda _, new: new)
+    return y, new_kv
+
+
+class Transformer(nn.Module):
+  """The decoder-only LM.
+
+  Call: `apply({"params": p}, tokens)` -> logits (B, T, V) for tokens (B, T) at
+  positions 0..T-1; `apply({"params": p}, tokens, cache)` -> (logits, new_cache) for
+  tokens at positions cache.length .. cache.length+T-1, attending to everything
+  cached before them.
+
+  Attributes:
+    config: the `TransformerConfig`.
+    attention_fn: replaces `dot_product_attention` (same signature) in every layer.
+  """
+  config: TransformerConfig
+  attention_fn: Callable = dot_product_attention
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array, cache: KVCache | None = None):
+    c = self.config
+    if tokens.ndim != 2:
+      raise ValueError(f"tokens must be (batch, time), got shape {tokens.shape}")
+    embed = nn.Embed(c.vocab_size, c.d_model, embedding_init=nn.initializers.normal(0.02),
+                     dtype=c.compute_dtype, name="embed")
+    x = embed(tokens)
+    t = tokens.shape[1]
+    start = jnp.zeros((), jnp.int32) if cache is None else cache.length
+    positions = start + jnp.arange(t, dtype=jnp.int32)
+    kv_length = start + t
+    new_k, new_v = [], []
+    for i in range(c.num_layers):
+      layer_kv = None if cache is None else (cache.k[i], cache.v[i])
+      x, kv = Block(c, i, self.attention_fn, name=f"layer_{i}")(x, positions, layer_kv,
+                                                                 kv_length)
+      if kv is not None:
+        new_k.append(kv[0])
+        new_v.append(kv[1])
+    x = _norm(c, "final_norm")(x)
+    if c.tie_embeddings:
+      logits = embed.attend(x)
+    else:
+      logits = _linear(c.vocab_size, False, c, "lm_head")(x)
+    logits = logits.astype(jnp.float32)
+    if cache is None:
+      return logits
+    return logits, KVCache(jnp.stack(new_k), jnp.stack(new_v), kv_length)
+
+
+def _linear(features: int, bias: bool, config: TransformerConfig, name: str) -> Linear:
+  return Linear(features, use_bias=bias, dtype=config.compute_dtype, name=name)
+
+
+def init_params(model: Transformer, key: jax.Array, seq_len: int = 1) -> Any:
+  """Fresh parameters: normal(0.02) weights and embeddings, zero biases, unit norms."""
+  tokens = jnp.zeros((1, seq_len), jnp.int32)
+  return jax.jit(model.init)(key, tokens)["params"]
+
+
+def num_params(params: Any) -> int:
+  return int(sum(x.size for x in jax.tree.leaves(params)))
+
+
+def linear_paths(params: Any) -> list[tuple[str, ...]]:
+  """Paths (tuples of keys) of every `Linear` in `params` (the dicts holding a 2-D
+  "kernel"); the same paths index the "taps" collection."""
+  paths = []
+
+  def visit(tree, prefix):
+    if isinstance(tree, dict) or hasattr(tree, "items"):
+      if "kernel" in tree and getattr(tree["kernel"], "ndim", 0) == 2:
+        paths.append(prefix)
+        return
+      for name, sub in tree.items():
+        visit(sub, prefix + (name,))
+
+  visit(params, ())
+  return paths
+
+
+def component_mask(params: Any, config: TransformerConfig, layer: int,
+                   head: int | None = None) -> Any:
+  """A 0/1 pytree like `params` selecting one component's parameters.
+
+  head=None selects every parameter of `layer` (attention, MLP, norms). With a head
+  h, it selects the columns of q_proj that produce head h, the rows of o_proj that read
+  it, and the columns of k_proj/v_proj of its key/value head h // (H / KV) (shared by
+  the heads of that group), including the matching bias entries.
+  """
+  if not 0 <= layer < config.num_layers:
+    raise ValueError(f"layer={layer} out of range for num_layers={config.num_layers}")
+  if head is not None and not 0 <= head < config.num_heads:
+    raise ValueError(f"head={head} out of range for num_heads={config.num_heads}")
+  name = f"layer_{layer}"
+  zeros = jax.tree.map(jnp.zeros_like, params)
+  if head is None:
+    zeros = dict(zeros)
+    zeros[name] = jax.tree.map(jnp.ones_like, params[name])
+    return zeros
+  d = config.dim_per_head
+  kv_head = head // (config.num_heads // config.kv_heads)
+
+  def cols(arr, index):
+    return arr.at[..., index * d:(index + 1) * d].set(1)
+
+  attn = dict(zeros[name]["attn"])
+  for proj, index in (("q_proj", head), ("k_proj", kv_head), ("v_proj", kv_head)):
+    attn[proj] = {k: cols(v, index) for k, v in attn[proj].items()}
+  o = dict(attn["o_proj"])
+  o["kernel"] = o["kernel"].at[head * d:(head + 1) * d, :].set(1)
+  attn["o_proj"] = o
+  out = dict(zeros)
+  out[name] = {**zeros[name], "attn": attn}
+  return out
