@@ -1,5 +1,8 @@
 """Flax models shared by the methods, used functionally (`init` / `apply`)."""
 
 from common.models.mlp import MLP
+from common.models.transformer import (KVCache, RopeScaling, Transformer, TransformerConfig,
+                                       init_cache, init_params, llama_config, neox_config)
 
-__all__ = ["MLP"]
+__all__ = ["MLP", "KVCache", "RopeScaling", "Transformer", "TransformerConfig", "init_cache",
+           "init_params", "llama_config", "neox_config"]

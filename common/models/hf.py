@@ -111,7 +111,8 @@ def config_from_hf(hf: Mapping[str, Any]) -> tuple[TransformerConfig, str]:
     attention_bias = bool(hf.get("attention_bias", False))
     config = TransformerConfig(
         family="llama", num_kv_heads=int(hf.get("num_key_value_heads") or hf["num_attention_heads"]),
-        head_dim=hf.get("head_dim"), norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        # Qwen3's config class defaults head_dim to 128 rather than hidden / heads.
+        head_dim=hf.get("head_dim", 128 if model_type == "qwen3" else None), norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         qk_norm=model_type == "qwen3",
         qkv_bias=True if model_type == "qwen2" else attention_bias,
         o_bias=False if model_type == "qwen2" else attention_bias,
@@ -155,8 +156,10 @@ def config_to_hf(config: TransformerConfig, model_type: str) -> dict[str, Any]:
     raise ValueError("llama needs qk_norm=False and qkv_bias == o_bias")
   arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
           "qwen3": "Qwen3ForCausalLM"}[model_type]
+  if config.head_dim is not None or model_type == "qwen3":
+    hf["head_dim"] = config.dim_per_head
   hf.update(architectures=[arch], num_key_value_heads=config.kv_heads,
-            head_dim=config.dim_per_head, rms_norm_eps=config.norm_eps,
+            rms_norm_eps=config.norm_eps,
             attention_bias=config.qkv_bias if model_type != "qwen2" else False,
             mlp_bias=config.mlp_bias)
   if model_type in ("qwen2", "qwen3"):

@@ -1,0 +1,213 @@
+"""The decoder-only transformer: both families, the KV cache, taps, swappable attention,
+rotary embeddings, log-prob helpers and sampling."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from common.models import logprobs
+from common.models import sampling
+from common.models import transformer as tfm
+
+V = 37
+CONFIGS = {
+    # GQA + Qwen3 QK-norm + llama3 rope scaling.
+    "llama": tfm.llama_config(vocab_size=V, d_model=32, num_layers=2, num_heads=4,
+                              num_kv_heads=2, d_ff=48, qk_norm=True, max_seq_len=32,
+                              rope_scaling=tfm.RopeScaling("llama3", 4.0, 1.0, 4.0, 8)),
+    # Partial rotary, parallel residual, biases, tied embeddings.
+    "neox": tfm.neox_config(vocab_size=V, d_model=32, num_layers=2, num_heads=4, d_ff=48,
+                            max_seq_len=32, tie_embeddings=True),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def lm(request):
+  model = tfm.Transformer(CONFIGS[request.param])
+  params = tfm.init_params(model, jax.random.PRNGKey(0))
+  # Larger weights than the 0.02 init so that attention patterns are far from uniform.
+  params = jax.tree.map(lambda p: p * 10 if p.ndim == 2 else p, params)
+  return model, params
+
+
+def _tokens(b=2, t=12, seed=1):
+  return jax.random.randint(jax.random.PRNGKey(seed), (b, t), 0, V)
+
+
+@pytest.mark.parametrize("chunks", [(12,), (5, 1, 1, 1, 1, 3), (1,) * 12])
+def test_cached_decoding_equals_full_recomputation(lm, chunks):
+  model, params = lm
+  tokens = _tokens()
+  full = model.apply({"params": params}, tokens)
+  cache = tfm.init_cache(model.config, 2, 16)
+  pieces, start = [], 0
+  for size in chunks:
+    logits, cache = model.apply({"params": params}, tokens[:, start:start + size], cache)
+    pieces.append(logits)
+    start += size
+  assert int(cache.length) == 12
+  np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_causality(lm):
+  model, params = lm
+  tokens = _tokens()
+  changed = tokens.at[:, 7].set((tokens[:, 7] + 1) % V)
+  a = model.apply({"params": params}, tokens)
+  b = model.apply({"params": params}, changed)
+  np.testing.assert_array_equal(a[:, :7], b[:, :7])
+  assert not np.allclose(a[:, 7:], b[:, 7:])
+
+
+def test_rope_scores_depend_only_on_relative_position():
+  config = CONFIGS["llama"]
+  q = jax.random.normal(jax.random.PRNGKey(0), (1, 1, 1, config.dim_per_head))
+  k = jax.random.normal(jax.random.PRNGKey(1), (1, 1, 1, config.dim_per_head))
+  score = lambda m, n: float(jnp.sum(tfm.apply_rope(q, jnp.array([m]), config)
+                                     * tfm.apply_rope(k, jnp.array([n]), config)))
+  assert score(3, 1) == pytest.approx(score(10, 8), rel=1e-4, abs=1e-5)
+  assert score(0, 0) == pytest.approx(float(jnp.sum(q * k)), rel=1e-5)
+  assert score(5, 0) != pytest.approx(score(0, 0), rel=1e-3)
+
+
+def test_partial_rotary_leaves_the_rest_untouched():
+  config = CONFIGS["neox"]
+  x = jax.random.normal(jax.random.PRNGKey(0), (1, 3, 2, config.dim_per_head))
+  y = tfm.apply_rope(x, jnp.arange(3), config)
+  r = config.rotary_dim
+  assert r == config.dim_per_head // 4
+  np.testing.assert_array_equal(y[..., r:], x[..., r:])
+  np.testing.assert_allclose(jnp.linalg.norm(y[..., :r], axis=-1),
+                             jnp.linalg.norm(x[..., :r], axis=-1), rtol=1e-5)
+
+
+def test_taps_mirror_linear_params(lm):
+  model, params = lm
+  tokens = _tokens()
+  logits, state = model.apply({"params": params}, tokens, mutable=["taps"])
+  taps = state["taps"]
+  paths = tfm.linear_paths(params)
+  assert len(paths) == model.config.num_layers * (7 if model.config.family == "llama" else 6) + (
+      0 if model.config.tie_embeddings else 1)
+  for path in paths:
+    node_p, node_t = params, taps
+    for key in path:
+      node_p, node_t = node_p[key], node_t[key]
+    x = node_t["input"]
+    assert x.shape == (2, 12, node_p["kernel"].shape[0]), path
+  # The last layer's residual output, normalised and projected, gives the logits.
+  layer = f"layer_{model.config.num_layers - 1}"
+  assert taps[layer]["residual"].shape == (2, 12, model.config.d_model)
+  assert taps[layer]["attn"]["heads"].shape == (2, 12, model.config.num_heads,
+                                                model.config.dim_per_head)
+  # o_proj's input is the per-head attention output, flattened.
+  np.testing.assert_array_equal(taps[layer]["attn"]["o_proj"]["input"],
+                                taps[layer]["attn"]["heads"].reshape(2, 12, -1))
+  # Without asking for taps nothing is stored and the logits are the same.
+  np.testing.assert_array_equal(model.apply({"params": params}, tokens), logits)
+
+
+def test_component_mask_selects_one_head():
+  config = tfm.llama_config(vocab_size=V, d_model=32, num_layers=2, num_heads=4,
+                            num_kv_heads=2, d_ff=48)
+  params = tfm.init_params(tfm.Transformer(config), jax.random.PRNGKey(0))
+  mask = tfm.component_mask(params, config, layer=1, head=3)
+  d = config.dim_per_head
+  attn = mask["layer_1"]["attn"]
+  np.testing.assert_array_equal(attn["q_proj"]["kernel"].sum(0), [0] * 3 * d + [32] * d)
+  np.testing.assert_array_equal(attn["k_proj"]["kernel"].sum(0), [0] * d + [32] * d)
+  np.testing.assert_array_equal(attn["o_proj"]["kernel"].sum(1), [0] * 3 * d + [32] * d)
+  assert float(sum(x.sum() for x in jax.tree.leaves(mask["layer_0"]))) == 0
+  assert float(mask["layer_1"]["mlp"]["up_proj"]["kernel"].sum()) == 0
+  whole = tfm.component_mask(params, config, layer=0)
+  assert float(sum(x.sum() for x in jax.tree.leaves(whole))) == sum(
+      x.size for x in jax.tree.leaves(params["layer_0"]))
+  with pytest.raises(ValueError, match="head=4"):
+    tfm.component_mask(params, config, layer=0, head=4)
+
+
+def test_attention_fn_is_replaceable(lm):
+  model, params = lm
+
+  def explicit_attention(q, k, v, *, q_positions, kv_length, layer):
+    group = q.shape[2] // k.shape[2]
+    k, v = jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2)
+    s = jnp.einsum("bthd,bshd->bhts", q, k) / math.sqrt(q.shape[-1])
+    pos = jnp.arange(k.shape[1])
+    ok = (pos[None] <= q_positions[:, None]) & (pos[None] < kv_length)
+    p = jax.nn.softmax(jnp.where(ok, s, -jnp.inf), axis=-1)
+    return jnp.einsum("bhts,bshd->bthd", p, v)
+
+  swapped = tfm.Transformer(model.config, attention_fn=explicit_attention)
+  tokens = _tokens()
+  np.testing.assert_allclose(swapped.apply({"params": params}, tokens),
+                             model.apply({"params": params}, tokens), atol=1e-5)
+  cache = tfm.init_cache(model.config, 2, 16)
+  _, cache = swapped.apply({"params": params}, tokens[:, :6], cache)
+  logits, _ = swapped.apply({"params": params}, tokens[:, 6:7], cache)
+  np.testing.assert_allclose(logits[:, 0], model.apply({"params": params}, tokens)[:, 6],
+                             atol=1e-5)
+
+
+def test_config_errors():
+  with pytest.raises(ValueError, match="family='gpt2'"):
+    tfm.TransformerConfig(family="gpt2")
+  with pytest.raises(ValueError, match="num_kv_heads=3"):
+    tfm.TransformerConfig(num_heads=4, num_kv_heads=3)
+  with pytest.raises(ValueError, match="d_model=30"):
+    tfm.TransformerConfig(d_model=30, num_heads=4)
+  with pytest.raises(ValueError, match="tokens must be"):
+    tfm.Transformer(CONFIGS["llama"]).init(jax.random.PRNGKey(0), jnp.zeros((3,), jnp.int32))
+
+
+def test_logprob_helpers_against_numpy():
+  logits = jax.random.normal(jax.random.PRNGKey(0), (2, 5, V)) * 3
+  tokens = _tokens(2, 5)
+  z = np.asarray(logits, np.float64)
+  logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+  want = np.take_along_axis(logp[:, :-1], np.asarray(tokens)[:, 1:, None], -1)[..., 0]
+  np.testing.assert_allclose(logprobs.next_token_logprobs(logits, tokens), want, rtol=1e-5)
+  mask = jnp.array([[1, 1, 0, 0], [0, 1, 1, 1]])
+  np.testing.assert_allclose(logprobs.sequence_logprob(logits, tokens, mask),
+                             (want * np.asarray(mask)).sum(-1), rtol=1e-5)
+  np.testing.assert_allclose(logprobs.next_token_loss(logits, tokens, mask),
+                             -(want * np.asarray(mask)).sum() / 5, rtol=1e-5)
+  np.testing.assert_allclose(logprobs.token_entropy(logits), -(np.exp(logp) * logp).sum(-1),
+                             rtol=1e-5)
+  assert float(logprobs.token_entropy(jnp.zeros(V))) == pytest.approx(math.log(V), rel=1e-6)
+  assert float(logprobs.nats_to_bits(math.log(8))) == pytest.approx(3.0)
+
+
+def test_top_p_keeps_the_smallest_nucleus():
+  logits = jnp.log(jnp.array([0.1, 0.5, 0.25, 0.15]))
+  kept = lambda p: np.isfinite(np.asarray(sampling.top_p_logits(logits, p)))
+  np.testing.assert_array_equal(kept(0.5), [False, True, False, False])
+  np.testing.assert_array_equal(kept(0.6), [False, True, True, False])
+  np.testing.assert_array_equal(kept(0.9), [False, True, True, True])
+  np.testing.assert_array_equal(kept(1.0), [True] * 4)
+
+
+def test_sampling_frequencies_follow_the_nucleus():
+  logits = jnp.log(jnp.array([0.1, 0.5, 0.25, 0.15]))
+  keys = jax.random.split(jax.random.PRNGKey(0), 20000)
+  draws = jax.vmap(lambda k: sampling.sample_token(logits, k, 1.0, 0.8))(keys)
+  freq = np.bincount(np.asarray(draws), minlength=4) / len(draws)
+  want = np.array([0.0, 0.5, 0.25, 0.15]) / 0.9
+  np.testing.assert_allclose(freq, want, atol=0.015)  # ~4 standard errors
+
+
+def test_greedy_generation_matches_full_recomputation(lm):
+  model, params = lm
+  prompt = _tokens(2, 4)
+  out = sampling.generate(model, params, prompt, jax.random.PRNGKey(0), max_new_tokens=6,
+                          temperature=0.0)
+  assert out.shape == (2, 10)
+  np.testing.assert_array_equal(out[:, :4], prompt)
+  full = model.apply({"params": params}, out)
+  np.testing.assert_array_equal(jnp.argmax(full[:, 3:-1], -1), out[:, 4:])
+  sampled = sampling.generate(model, params, prompt, jax.random.PRNGKey(0), max_new_tokens=6,
+                              temperature=1.0, top_p=0.9)
+  assert sampled.shape == (2, 10) and int(sampled.max()) < V
