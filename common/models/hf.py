@@ -122,6 +122,8 @@ def config_from_hf(hf: Mapping[str, Any]) -> tuple[TransformerConfig, str]:
 
 def config_to_hf(config: TransformerConfig, model_type: str) -> dict[str, Any]:
   """The config.json dict for `config` saved as `model_type`."""
+  if not config.use_mlp:
+    raise ValueError("an attention-only config (use_mlp=False) has no Hugging Face equivalent")
   hf = {"model_type": model_type, "vocab_size": config.vocab_size,
         "hidden_size": config.d_model, "num_hidden_layers": config.num_layers,
         "num_attention_heads": config.num_heads, "intermediate_size": config.d_ff,

@@ -92,6 +92,8 @@ class TransformerConfig:
     parallel_residual: attention and MLP read the same input (GPT-NeoX).
     tie_embeddings: the output projection is the transposed input embedding.
     activation: a key of ACTIVATIONS ("silu" for SwiGLU, "gelu" for NeoX).
+    use_mlp: False gives an attention-only transformer (no MLP, no MLP norm), the
+      model class of mechanistic-interpretability toy studies.
     dtype: compute dtype ("float32" or "bfloat16"); parameters stay float32.
   """
   family: str = "llama"
@@ -114,6 +116,7 @@ class TransformerConfig:
   parallel_residual: bool = False
   tie_embeddings: bool = False
   activation: str = "silu"
+  use_mlp: bool = True
   dtype: str = "float32"
 
   def __post_init__(self):
@@ -359,7 +362,9 @@ class Block(nn.Module):
     c = self.config
     attn = Attention(c, self.layer, self.attention_fn, name="attn")
     attn_out, new_kv = attn(_norm(c, "attn_norm")(x), positions, cache_kv, kv_length)
-    if c.parallel_residual:
+    if not c.use_mlp:
+      y = x + attn_out
+    elif c.parallel_residual:
       y = x + attn_out + FeedForward(c, name="mlp")(_norm(c, "mlp_norm")(x))
     else:
       h = x + attn_out

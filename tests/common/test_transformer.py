@@ -152,6 +152,20 @@ def test_attention_fn_is_replaceable(lm):
                              atol=1e-5)
 
 
+def test_attention_only_model_has_no_mlp_and_caches_exactly():
+  config = tfm.neox_config(vocab_size=V, d_model=32, num_layers=2, num_heads=4, d_ff=48,
+                           use_mlp=False, max_seq_len=16)
+  model = tfm.Transformer(config)
+  params = tfm.init_params(model, jax.random.PRNGKey(0))
+  assert set(params["layer_0"]) == {"attn", "attn_norm"}
+  tokens = _tokens(1, 8)
+  full = model.apply({"params": params}, tokens)
+  cache = tfm.init_cache(config, 1, 8)
+  first, cache = model.apply({"params": params}, tokens[:, :5], cache)
+  rest, _ = model.apply({"params": params}, tokens[:, 5:], cache)
+  np.testing.assert_allclose(np.concatenate([first, rest], 1), full, atol=1e-5)
+
+
 def test_config_errors():
   with pytest.raises(ValueError, match="family='gpt2'"):
     tfm.TransformerConfig(family="gpt2")
