@@ -19,7 +19,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from common.models.transformer import Transformer, init_cache
+from common.models.transformer import KVCache, Transformer, init_cache
 
 
 def top_p_logits(logits: jax.Array, top_p: float) -> jax.Array:
@@ -53,7 +53,8 @@ def sample_token(logits: jax.Array, key: jax.Array, temperature: float = 1.0,
 
 @functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "temperature", "top_p"))
 def generate(model: Transformer, params, prompt: jax.Array, key: jax.Array, *,
-             max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0) -> jax.Array:
+             max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
+             cache: KVCache | None = None) -> jax.Array:
   """Continues each prompt row by `max_new_tokens` sampled tokens.
 
   Args:
@@ -62,12 +63,18 @@ def generate(model: Transformer, params, prompt: jax.Array, key: jax.Array, *,
     prompt: (B, T0) int tokens, all rows of the same length.
     key: PRNG key for sampling.
     max_new_tokens, temperature, top_p: static sampling settings.
+    cache: an empty cache with room for T0 + max_new_tokens positions, for an
+      attention_fn that keeps per-layer state in it; default `init_cache`.
 
   Returns:
     (B, T0 + max_new_tokens) int32 tokens: the prompt followed by the samples.
   """
   b, t0 = prompt.shape
-  cache = init_cache(model.config, b, t0 + max_new_tokens)
+  if cache is None:
+    cache = init_cache(model.config, b, t0 + max_new_tokens)
+  elif cache.k.shape[2] < t0 + max_new_tokens:
+    raise ValueError(f"cache holds {cache.k.shape[2]} positions; generating needs "
+                     f"{t0 + max_new_tokens}")
   logits, cache = model.apply({"params": params}, prompt, cache)
 
   def step(carry, step_key):

@@ -182,10 +182,15 @@ class KVCache(NamedTuple):
     k, v: (num_layers, batch, max_len, num_kv_heads, head_dim); positions >= length
       are unused. Keys are stored after the rotary embedding.
     length: int32 scalar, the number of filled positions (shared by the batch).
+    state: None, or a tuple with one pytree per layer owned by the model's
+      `attention_fn` (e.g. quantised keys). When present, each layer's attention
+      is called with `state=` and returns `(output, new_state)`; see
+      `dot_product_attention`.
   """
   k: jax.Array
   v: jax.Array
   length: jax.Array
+  state: Any = None
 
 
 def init_cache(config: TransformerConfig, batch_size: int, max_len: int | None = None,
@@ -249,10 +254,15 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
       first `kv_length` are valid. H must be a multiple of KV (query head h reads
       key/value head h // (H / KV)).
     kv_length: int scalar, the number of valid key positions.
-    layer: the layer index (unused here; replacements may keep per-layer state).
+    layer: the layer index (unused here).
 
   Returns:
     (B, T, H, d): softmax_j(q . k_j / sqrt(d) over j <= position, j < kv_length) v_j.
+
+  A replacement has the same signature. If it keeps per-layer state across decoding
+  steps, the cache carries it (`KVCache.state`, one entry per layer) and the
+  replacement is called with an extra keyword `state=` (that layer's entry) and must
+  return `(output, new_state)`.
   """
   del layer
   b, t, h, d = q.shape
@@ -311,7 +321,7 @@ class Attention(nn.Module):
   attention_fn: Callable = dot_product_attention
 
   @nn.compact
-  def __call__(self, x, positions, cache_kv, kv_length):
+  def __call__(self, x, positions, cache_kv, kv_length, state=None):
     c = self.config
     b, t, _ = x.shape
     h, kv, d = c.num_heads, c.kv_heads, c.dim_per_head
@@ -330,11 +340,14 @@ class Attention(nn.Module):
       k_all = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, start, 0, 0))
       v_all = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, start, 0, 0))
       new_kv = (k_all, v_all)
-    heads = self.attention_fn(q, k_all, v_all, q_positions=positions, kv_length=kv_length,
-                              layer=self.layer)
+    kwargs = dict(q_positions=positions, kv_length=kv_length, layer=self.layer)
+    if state is None:
+      heads = self.attention_fn(q, k_all, v_all, **kwargs)
+    else:
+      heads, state = self.attention_fn(q, k_all, v_all, state=state, **kwargs)
     self.sow(TAPS, "heads", heads, init_fn=lambda: None, reduce_fn=lambda _, new: new)
     out = _linear(c.d_model, c.o_bias, c, "o_proj")(heads.reshape(b, t, h * d))
-    return out, new_kv
+    return out, new_kv, state
 
 
 class FeedForward(nn.Module):
@@ -358,10 +371,11 @@ class Block(nn.Module):
   attention_fn: Callable = dot_product_attention
 
   @nn.compact
-  def __call__(self, x, positions, cache_kv, kv_length):
+  def __call__(self, x, positions, cache_kv, kv_length, state=None):
     c = self.config
     attn = Attention(c, self.layer, self.attention_fn, name="attn")
-    attn_out, new_kv = attn(_norm(c, "attn_norm")(x), positions, cache_kv, kv_length)
+    attn_out, new_kv, state = attn(_norm(c, "attn_norm")(x), positions, cache_kv, kv_length,
+                                   state)
     if not c.use_mlp:
       y = x + attn_out
     elif c.parallel_residual:
@@ -370,7 +384,7 @@ class Block(nn.Module):
       h = x + attn_out
       y = h + FeedForward(c, name="mlp")(_norm(c, "mlp_norm")(h))
     self.sow(TAPS, "residual", y, init_fn=lambda: None, reduce_fn=lambda _, new: new)
-    return y, new_kv
+    return y, new_kv, state
 
 
 class Transformer(nn.Module):
@@ -400,14 +414,16 @@ class Transformer(nn.Module):
     start = jnp.zeros((), jnp.int32) if cache is None else cache.length
     positions = start + jnp.arange(t, dtype=jnp.int32)
     kv_length = start + t
-    new_k, new_v = [], []
+    new_k, new_v, new_states = [], [], []
     for i in range(c.num_layers):
       layer_kv = None if cache is None else (cache.k[i], cache.v[i])
-      x, kv = Block(c, i, self.attention_fn, name=f"layer_{i}")(x, positions, layer_kv,
-                                                                 kv_length)
+      layer_state = None if cache is None or cache.state is None else cache.state[i]
+      x, kv, layer_state = Block(c, i, self.attention_fn, name=f"layer_{i}")(
+          x, positions, layer_kv, kv_length, layer_state)
       if kv is not None:
         new_k.append(kv[0])
         new_v.append(kv[1])
+        new_states.append(layer_state)
     x = _norm(c, "final_norm")(x)
     if c.tie_embeddings:
       logits = embed.attend(x)
@@ -416,7 +432,8 @@ class Transformer(nn.Module):
     logits = logits.astype(jnp.float32)
     if cache is None:
       return logits
-    return logits, KVCache(jnp.stack(new_k), jnp.stack(new_v), kv_length)
+    state = None if cache.state is None else tuple(new_states)
+    return logits, KVCache(jnp.stack(new_k), jnp.stack(new_v), kv_length, state)
 
 
 def _linear(features: int, bias: bool, config: TransformerConfig, name: str) -> Linear:

@@ -225,3 +225,28 @@ def test_greedy_generation_matches_full_recomputation(lm):
   sampled = sampling.generate(model, params, prompt, jax.random.PRNGKey(0), max_new_tokens=6,
                               temperature=1.0, top_p=0.9)
   assert sampled.shape == (2, 10) and int(sampled.max()) < V
+
+
+def test_attention_state_is_threaded_through_the_cache(lm):
+  """A stateful attention_fn gets its layer's entry of cache.state and returns the
+  update; here it counts the tokens each layer has attended from."""
+  model, params = lm
+
+  def counting_attention(q, k, v, *, q_positions, kv_length, layer, state):
+    out = tfm.dot_product_attention(q, k, v, q_positions=q_positions, kv_length=kv_length,
+                                    layer=layer)
+    return out, state + q.shape[1] * (layer + 1)
+
+  counting = tfm.Transformer(model.config, attention_fn=counting_attention)
+  cache = tfm.init_cache(model.config, 2, 16)
+  cache = cache._replace(state=tuple(jnp.zeros((), jnp.int32)
+                                     for _ in range(model.config.num_layers)))
+  tokens = _tokens()
+  out = sampling.generate(counting, params, tokens[:, :4], jax.random.PRNGKey(0),
+                          max_new_tokens=3, temperature=0.0, cache=cache)
+  plain = sampling.generate(model, params, tokens[:, :4], jax.random.PRNGKey(0),
+                            max_new_tokens=3, temperature=0.0)
+  np.testing.assert_array_equal(out, plain)
+  _, cache = counting.apply({"params": params}, tokens[:, :5], cache)
+  _, cache = counting.apply({"params": params}, tokens[:, 5:6], cache)
+  assert [int(s) for s in cache.state] == [6 * (i + 1) for i in range(model.config.num_layers)]
