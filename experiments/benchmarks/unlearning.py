@@ -1,0 +1,141 @@
+"""Benchmark: time to unlearn one task vs time to retrain, for an MLP on split digits.
+
+  python -m experiments.benchmarks.unlearning [--hidden=256,256] [--steps=1500] \
+      [--repeats=3] [--forget=0] [--methods=hessian_cg,gradient]
+
+The MLP (hidden widths --hidden, 10 outputs, GELU) is trained on the five split-digits
+tasks in sequence on the stage objective (1) (methods/unlearning/continual.py, lam and
+mu from the quick config), each stage --steps full-batch Adam steps on the shared loop
+`common.train`. Then task --forget (0-based; 0 = the oldest, the most expensive to
+retrain) is forgotten:
+
+  * retrain oracle: the same Adam stages refitted for tasks forget+1..T from the
+    checkpoint theta_forget (the cheapest honest retrain); each stage on the shared loop
+    in a fresh workdir (so its final orbax checkpoint is part of its cost);
+  * each method of --methods: `methods.unlearning.unlearn` with the quick config's
+    newton_steps / grad_steps / cg_iters, jit-compiled, compilation excluded by one
+    untimed warm-up request; the timed region ends with `block_until_ready`.
+
+Only matrix-free methods are offered at this size: the Gauss-Newton matrix of an MLP
+with d ~ 85k parameters is d^2 ~ 29 GB per task (the stored-curvature methods and the
+hybrid are compared in the experiment, at d = 2410).
+
+It prints one markdown row per side: median wall time of --repeats runs [min-max], the
+speed-up retrain/method (> 1: unlearning is faster) and the distance of the method's
+output to the retrained weights, with the distance of the original model for scale.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+import jax
+import numpy as np
+
+from common import config as config_lib
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("hidden", ["256", "256"], "Hidden widths of the MLP.")
+flags.DEFINE_integer("steps", 1500, "Adam steps per task stage (>= 1).")
+flags.DEFINE_integer("repeats", 3, "Timed runs per side (>= 1); medians are reported.")
+flags.DEFINE_integer("forget", 0, "0-based index of the task to forget (0..3).")
+flags.DEFINE_list("methods", ["hessian_cg", "gradient"],
+                  "Unlearning methods (matrix-free only: hessian_cg, gradient).")
+flags.DEFINE_integer("seed", 0, "Seed of the split, the initialisation and the loop.")
+
+ALLOWED = ("hessian_cg", "gradient")
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl flag parsing whose errors (and bad values) are one-line messages."""
+  try:
+    rest = FLAGS(argv)
+  except flags.Error as e:
+    config_lib.die(e)
+  if len(rest) > 1:
+    config_lib.die(f"unexpected positional arguments: {' '.join(rest[1:])}")
+  try:
+    hidden = [int(h) for h in FLAGS.hidden]
+  except ValueError:
+    config_lib.die(f"--hidden must be positive integers, got {FLAGS.hidden}")
+  if not hidden or min(hidden) < 1:
+    config_lib.die(f"--hidden must be positive integers, got {FLAGS.hidden}")
+  if FLAGS.steps < 1 or FLAGS.repeats < 1:
+    config_lib.die(f"--steps and --repeats must be >= 1, got {FLAGS.steps}, {FLAGS.repeats}")
+  if not 0 <= FLAGS.forget <= 3:
+    config_lib.die(f"--forget must be in 0..3 (forgetting the last task is free), "
+                   f"got {FLAGS.forget}")
+  bad = [m for m in FLAGS.methods if m not in ALLOWED]
+  if bad or not FLAGS.methods:
+    config_lib.die(f"--methods must be from {', '.join(ALLOWED)}, got {FLAGS.methods}")
+  return rest
+
+
+def _fmt(times) -> str:
+  return f"{np.median(times):.3f} [{min(times):.3f}-{max(times):.3f}]"
+
+
+def main(argv):
+  del argv
+  from experiments import unlearning as exp  # pylint: disable=import-outside-toplevel
+  from experiments.configs import unlearning as configs  # pylint: disable=import-outside-toplevel
+  from methods import unlearning as ul  # pylint: disable=import-outside-toplevel
+  from methods.unlearning import baselines  # pylint: disable=import-outside-toplevel
+  from methods.unlearning import metrics  # pylint: disable=import-outside-toplevel
+
+  config = configs.get_config("quick")
+  with config.unlocked():
+    config.mlp_hidden = tuple(int(h) for h in FLAGS.hidden)
+    config.mlp_steps = FLAGS.steps
+    config.seed = FLAGS.seed
+    config.methods = tuple(FLAGS.methods)
+  k = FLAGS.forget
+  print(f"# unlearning benchmark: MLP {config.mlp_hidden}, {FLAGS.steps} Adam steps/stage, "
+        f"forget task {k + 1} of 5, repeats={FLAGS.repeats}, seed={FLAGS.seed}", flush=True)
+  print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, jax {jax.__version__} "
+        f"({jax.default_backend()})", flush=True)
+  with tempfile.TemporaryDirectory() as workdir, jax.enable_x64(False):
+    start = time.perf_counter()
+    obj, fit, train, test, anchors, smoothness = exp.setup("mlp", config, workdir)
+    print(f"parameters d = {ul.continual.num_params(anchors[-1])}; original sequence trained "
+          f"in {time.perf_counter() - start:.1f} s", flush=True)
+    plans = {m: exp.plan_for(m, "mlp", config) for m in config.methods}
+    states = exp.build_states(obj, anchors, train, plans)
+    retained = exp._forget_all(train, k)  # pylint: disable=protected-access
+    cfg = ul.UnlearnConfig(grad_steps=int(config.grad_steps),
+                           newton_steps=int(config.newton_steps), smoothness=smoothness,
+                           cg_iters=int(config.cg_iters), seed=int(config.seed))
+    for m, plan in plans.items():  # warm-up: compilation, untimed
+      ul.unlearn(obj, states[m], retained, k, plan, config=cfg)
+    fit.fresh = True
+    times = {"retrain": []}
+    times.update({m: [] for m in plans})
+    outputs = {}
+    for r in range(FLAGS.repeats):
+      target, seconds = exp._timed(baselines.retrain, fit, anchors, retained, k)  # pylint: disable=protected-access
+      times["retrain"].append(seconds)
+      for m, plan in plans.items():
+        out, seconds = exp._timed(ul.unlearn, obj, states[m], retained, k, plan, config=cfg)  # pylint: disable=protected-access
+        times[m].append(seconds)
+        outputs[m] = out
+      print(f"  repeat {r + 1}: " + ", ".join(f"{s} {t[-1]:.3f}s" for s, t in times.items()),
+            flush=True)
+  base = np.median(times["retrain"])
+  dist0 = np.sqrt(metrics.squared_distance(anchors[-1], target))
+  print()
+  print("| side | median s [min-max] | speed-up retrain/side | ||theta - theta_retrain|| |")
+  print("|---|---:|---:|---:|")
+  print(f"| retrain (tasks {k + 2}..5) | {_fmt(times['retrain'])} | 1.00 | 0 |")
+  for m in plans:
+    dist = np.sqrt(metrics.squared_distance(outputs[m].params, target))
+    print(f"| {m} | {_fmt(times[m])} | {base / np.median(times[m]):.1f} | {dist:.3g} |")
+  print(f"| original model (no unlearning) | - | - | {dist0:.3g} |")
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=parse_flags)
