@@ -1,0 +1,37 @@
+"""The conditional velocity/drift network for vectors: common.models.MLP on [x, t-features, c].
+
+``apply(params, t, x, cond) -> (B, d)`` with t (B,), x (B, d) and cond (B, C) a
+conditioning vector: a class one-hot, or zeros for the unconditional ("null")
+branch of classifier-free guidance. Because cond is a continuous vector, condition
+annealing (CADS) can add noise to it. The image network with the same signature is
+``common.models.cnn.ConditionalCNN``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from common.models import MLP
+
+
+def time_features(t: jax.Array, num: int = 8) -> jax.Array:
+  """[t, sin(2 pi k t), cos(2 pi k t)] for k = 1..num//2: (B,) -> (B, 1 + num)."""
+  k = jnp.arange(1, num // 2 + 1, dtype=t.dtype)
+  ang = 2 * jnp.pi * t[:, None] * k[None, :]
+  return jnp.concatenate([t[:, None], jnp.sin(ang), jnp.cos(ang)], axis=1)
+
+
+class ConditionalMLP(nn.Module):
+  """v_theta(t, x, c) = MLP([x, phi(t), c]) with output width ``dim``."""
+  hidden: Sequence[int]
+  dim: int
+
+  @nn.compact
+  def __call__(self, t: jax.Array, x: jax.Array, cond: jax.Array) -> jax.Array:
+    t = jnp.broadcast_to(jnp.asarray(t, x.dtype), x.shape[:1])
+    h = jnp.concatenate([x, time_features(t), cond.astype(x.dtype)], axis=-1)
+    return MLP(tuple(self.hidden) + (self.dim,), name="mlp")(h)
