@@ -25,8 +25,6 @@ with the same config, so an interrupted run resumes.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import os
 import time
 
@@ -37,6 +35,7 @@ import numpy as np
 import optax
 
 from common import report
+from common import trials as trials_lib
 from common import train as train_lib
 from common.data import digits as digits_lib
 from common.models.cnn import ConditionalCNN
@@ -171,26 +170,6 @@ def image_metrics(samples, config, images, labels) -> dict:
 
 
 # ----------------------------------------------------------------------------- resume log
-def _fingerprint(config, case: str) -> str:
-  blob = json.dumps({k: config[k] for k in sorted(config.keys()) if k != "preset"},
-                    sort_keys=True, default=list)
-  return hashlib.sha256((case + blob).encode()).hexdigest()[:16]
-
-
-def _load(path, fingerprint):
-  done = {}
-  if os.path.exists(path):
-    with open(path) as f:
-      for line in f:
-        try:
-          row = json.loads(line)
-        except json.JSONDecodeError:
-          continue
-        if row.get("fingerprint") == fingerprint:
-          done[tuple(row["point"][:3])] = row["metrics"]
-  return done
-
-
 def run_case(case: str, config, workdir: str) -> tuple[list, dict]:
   """Trains (or restores) the case's flow and evaluates every sweep point."""
   seed = int(config.seed)
@@ -220,11 +199,11 @@ def run_case(case: str, config, workdir: str) -> tuple[list, dict]:
     steps, rollout = config.image_sample_steps, config.image_rollout_steps
     lsteps = config.image_divin_steps
     evaluate = lambda s: image_metrics(s, config, images, labels)
-  fingerprint = _fingerprint(config, case)
-  path = os.path.join(workdir, "points.jsonl")
-  done = _load(path, fingerprint)
+  fingerprint = trials_lib.config_fingerprint(config, salt=case)
+  log = trials_lib.TrialLog(os.path.join(workdir, "points.jsonl"), fingerprint)
+  done = {k: row["metrics"] for k, row in log.done(lambda r: tuple(r["point"][:3])).items()}
   rows = []
-  with open(path, "a") as log:
+  with log:
     for method, w, i, tau, scale, alpha in pts:
       key3 = (method, w, i)
       if key3 not in done:
@@ -237,9 +216,7 @@ def run_case(case: str, config, workdir: str) -> tuple[list, dict]:
             scheme=config.divin_scheme, cads_t1=float(config.cads_t1),
             cads_t2=float(config.cads_t2))
         metrics = evaluate(samples)
-        log.write(json.dumps(dict(fingerprint=fingerprint, point=[method, w, i],
-                                  metrics=metrics)) + "\n")
-        log.flush()
+        log.append(dict(point=[method, w, i], metrics=metrics))
         done[key3] = metrics
         if case == "toy" and method == "cfg" and w in (min(config.ws), max(config.ws)):
           np.save(os.path.join(workdir, f"toy_samples_cfg_w{w:g}.npy"), np.asarray(samples))

@@ -13,8 +13,6 @@ same config skips the ones already there, so an interrupted run resumes.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 
@@ -26,6 +24,7 @@ import tqdm
 
 from common import plotting
 from common import report
+from common import trials as trials_lib
 from common.data import causal
 from experiments.configs import kernel_ridge as config_module
 from methods import kernel_ridge as kr
@@ -80,39 +79,20 @@ def fit_estimators(data: causal.DoseResponseData, key: jax.Array, config) -> dic
   return out
 
 
-def _fingerprint(config) -> str:
-  keys = sorted(k for k in config.keys() if k not in ("preset", "ns", "num_seeds", "scenarios"))
-  blob = json.dumps({k: config[k] for k in keys}, sort_keys=True, default=list)
-  return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _load_trials(path: str, fingerprint: str) -> dict:
-  done = {}
-  if os.path.exists(path):
-    with open(path) as f:
-      for line in f:
-        try:
-          row = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by an interruption
-          continue
-        if row.get("fingerprint") == fingerprint:
-          done[(row["scenario"], row["n"], row["seed"])] = row["ise"]
-  return done
-
-
 def run_trials(config, workdir: str) -> dict:
   """ISE of every estimator: {scenario: {estimator: array (len(ns), num_seeds)}}."""
-  fingerprint = _fingerprint(config)
-  path = os.path.join(workdir, "trials.jsonl")
-  done = _load_trials(path, fingerprint)
+  fingerprint = trials_lib.config_fingerprint(
+      config, exclude=("preset", "ns", "num_seeds", "scenarios"))
+  log = trials_lib.TrialLog(os.path.join(workdir, "trials.jsonl"), fingerprint)
+  done = {k: row["ise"] for k, row in
+          log.done(lambda r: (r["scenario"], r["n"], r["seed"])).items()}
   todo = [(s, n, seed) for s in config.scenarios for n in config.ns
           for seed in range(config.num_seeds)]
   errors = {s: {e: np.full((len(config.ns), config.num_seeds), np.nan)
                 for e in ESTIMATORS} for s in config.scenarios}
   samplers = {s: scenario(s, config) for s in config.scenarios}
   grids = {s: evaluation_grid(samplers[s][0], config) for s in config.scenarios}
-  os.makedirs(workdir, exist_ok=True)
-  with open(path, "a") as log:
+  with log:
     for s, n, seed in tqdm.tqdm(todo, desc="kernel_ridge trials", leave=False):
       if (s, n, seed) not in done:
         # Keyed by the scenario's fixed position in SCENARIOS, so a trial draws the same
@@ -125,9 +105,7 @@ def run_trials(config, workdir: str) -> dict:
         truth = effect(grids[s])
         fitted = fit_estimators(data, fit_key, config)
         ise = {e: float(jnp.mean((f(grids[s]) - truth) ** 2)) for e, f in fitted.items()}
-        log.write(json.dumps(dict(fingerprint=fingerprint, scenario=s, n=n, seed=seed,
-                                  ise=ise)) + "\n")
-        log.flush()
+        log.append(dict(scenario=s, n=n, seed=seed, ise=ise))
         done[(s, n, seed)] = ise
       for e, v in done[(s, n, seed)].items():
         errors[s][e][config.ns.index(n), seed] = v

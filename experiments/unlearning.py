@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -47,6 +46,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from common import report
+from common import trials as trials_lib
 from common import train as train_lib
 from common.data import digits
 from common.models.mlp import MLP
@@ -205,26 +205,6 @@ def build_states(obj, anchors, train, plans: dict) -> dict:
 # ----------------------------------------------------------------------------- trials
 
 
-def _fingerprint(config) -> str:
-  keys = sorted(k for k in config.keys() if k not in ("preset", "forget_tasks", "models"))
-  blob = json.dumps({k: config[k] for k in keys}, sort_keys=True, default=list)
-  return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _load_rows(path: str, fingerprint: str) -> dict:
-  done = {}
-  if os.path.exists(path):
-    with open(path) as f:
-      for line in f:
-        try:
-          row = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by an interruption
-          continue
-        if row.get("fingerprint") == fingerprint:
-          done[(row["model"], row["k"])] = row
-  return done
-
-
 def _timed(fn, *args, **kwargs):
   start = time.perf_counter()
   out = fn(*args, **kwargs)
@@ -264,7 +244,6 @@ def evaluate_request(model, k, obj, fit, train, test, anchors, states, plans, sm
     if isinstance(fit, MLPStageFitter):
       fit.fresh = False
   kept = [t for j, t in enumerate(retained) if j != k]
-  kept_test = [t for j, t in enumerate(test) if j != k]
   risk_target = metrics.joint_risk(obj, target, kept)
   members = continual.only(train[k], train[k].w > 0)
   nonmembers = test[k]
@@ -316,12 +295,12 @@ def evaluate_request(model, k, obj, fit, train, test, anchors, states, plans, sm
 
 def run_trials(config, workdir: str) -> dict:
   """{model: {k: row}} for every model and forgotten task of the config."""
-  fingerprint = _fingerprint(config)
-  path = os.path.join(workdir, "trials.jsonl")
-  done = _load_rows(path, fingerprint)
-  os.makedirs(workdir, exist_ok=True)
+  fingerprint = trials_lib.config_fingerprint(config,
+                                              exclude=("preset", "forget_tasks", "models"))
+  log = trials_lib.TrialLog(os.path.join(workdir, "trials.jsonl"), fingerprint)
+  done = log.done(lambda r: (r["model"], r["k"]))
   rows = {}
-  with open(path, "a") as log:
+  with log:
     for model in config.models:
       todo = [k for k in config.forget_tasks if (model, k) not in done]
       if todo:
@@ -340,10 +319,7 @@ def run_trials(config, workdir: str) -> dict:
           logging.info("unlearning: %s, forgetting task %d", model, k)
           row = evaluate_request(model, k, obj, fit, train, test, anchors, states, plans,
                                  smoothness, config)
-          row["fingerprint"] = fingerprint
-          log.write(json.dumps(row) + "\n")
-          log.flush()
-          done[(model, k)] = row
+          done[(model, k)] = log.append(row)
       rows[model] = {k: done[(model, k)] for k in config.forget_tasks}
   return rows
 
