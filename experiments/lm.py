@@ -10,8 +10,10 @@ of the validation bytes under the training bytes' frequencies). It also checks t
 cached decoding reproduces full recomputation on the trained weights, samples a few
 lines, and exports the weights as a Hugging Face checkpoint (`workdir/hf`).
 
-`load_or_train(config, workdir)` is how other experiments get the trained model: it
-restores the final orbax checkpoint from `workdir` or trains it there first.
+`trained_lm(config, workdir)` is how other experiments get the trained model: it
+reuses the `lm` experiment's own run beside their workdir (`results/lm` for
+`results/<name>`, as `make reproduce` lays them out) when that run finished with the
+same config, and otherwise restores or trains one in `workdir/lm`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from common import metrics as metrics_lib  # noqa: E402
 from common import report  # noqa: E402
 from common import train as train_lib  # noqa: E402
+from common import trials as trials_lib  # noqa: E402
 from common.data import text  # noqa: E402
 from common.data.tokenizers import ByteTokenizer  # noqa: E402
 from common.models import hf  # noqa: E402
@@ -99,7 +102,37 @@ def load_or_train(config, workdir: str) -> TrainedLM:
       batch_fn=lambda seed, step: text.window_batch(corpus.train, seed, step, batch_size,
                                                     seq_len),
       optimizer=make_optimizer(config), config=train_config(config), workdir=workdir)
+  report.atomic_write_text(os.path.join(workdir, FINGERPRINT_FILE), _fingerprint(config))
   return TrainedLM(model, result.state.params, corpus, result.history)
+
+
+FINGERPRINT_FILE = "lm_fingerprint.txt"
+
+
+def _fingerprint(config) -> str:
+  # Keys that change the trained weights; evaluation and sampling keys do not.
+  weights_keys = ("seed", "family", "d_model", "num_layers", "num_heads", "num_kv_heads",
+                  "d_ff", "seq_len", "qk_norm", "dtype", "num_steps", "batch_size",
+                  "learning_rate", "warmup_steps", "weight_decay", "grad_clip",
+                  "validation_fraction")
+  return trials_lib.config_fingerprint(
+      config, exclude=[k for k in config.keys() if k not in weights_keys])
+
+
+def trained_lm(config, workdir: str) -> TrainedLM:
+  """The trained LM of `config` for an experiment running in `workdir`.
+
+  Uses `<parent of workdir>/lm` (the `lm` experiment's run) if it finished training
+  with the same weights-determining config, else `workdir/lm` (restored, or trained
+  there first).
+  """
+  sibling = os.path.join(os.path.dirname(os.path.abspath(workdir)), "lm")
+  marker = os.path.join(sibling, FINGERPRINT_FILE)
+  if os.path.isfile(marker):
+    with open(marker) as f:
+      if f.read().strip() == _fingerprint(config):
+        return load_or_train(config, sibling)
+  return load_or_train(config, os.path.join(workdir, "lm"))
 
 
 def bits_per_byte(model, params, data: np.ndarray, config) -> float:

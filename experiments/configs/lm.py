@@ -77,6 +77,9 @@ def validate(config) -> None:
   c.positive_int(config, "seq_len", minimum=2)
   c.positive_int(config, "warmup_steps", minimum=0)
   c.positive_int(config, "checkpoint_every", minimum=0)
+  if config.warmup_steps >= config.num_steps:
+    raise config_lib.ConfigError(f"config.warmup_steps={config.warmup_steps!r} must be below "
+                                 f"config.num_steps={config.num_steps!r}")
   if config.num_heads % config.num_kv_heads:
     raise config_lib.ConfigError(f"config.num_kv_heads={config.num_kv_heads!r} must divide "
                                  f"config.num_heads={config.num_heads!r}")

@@ -14,7 +14,7 @@ from experiments.configs import lm as lm_config
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp("lm"))
+  workdir = str(tmp_path_factory.mktemp("runs") / "lm")
   config = lm_config.get_config("tiny")
   return config, workdir, lm.run(config, workdir)
 
@@ -44,3 +44,15 @@ def test_exported_checkpoint_reloads(tiny_run):
   for name in ("embed", "final_norm"):
     for key, value in trained.params[name].items():
       np.testing.assert_array_equal(ckpt.params[name][key], np.asarray(value))
+
+
+def test_other_experiments_reuse_the_lm_run_beside_them(tiny_run):
+  config, workdir, result = tiny_run
+  neighbour = os.path.join(os.path.dirname(workdir), "susceptibility")
+  reused = lm.trained_lm(config, neighbour)
+  assert reused.history == [] and not os.path.exists(os.path.join(neighbour, "lm"))
+  changed = lm_config.get_config("tiny")
+  changed.unlock()
+  changed.num_steps = 20  # different weights: must not reuse the neighbour's run
+  fresh = lm.trained_lm(changed, neighbour)
+  assert len(fresh.history) > 0 and os.path.isdir(os.path.join(neighbour, "lm", "checkpoints"))
