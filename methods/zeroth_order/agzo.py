@@ -1,0 +1,203 @@
+"""AGZO: activation-guided zeroth-order estimation (perturbations inside the span of
+each linear layer's input activations).
+
+The mechanism. A linear layer y = x W with W stored (d_in, d_out), as in our
+transformer, applied to the N token rows of H (N x d_in) has gradient
+
+    dL/dW = H^T G,        G = dL/dY  (N x d_out),
+
+so every column of dL/dW lies in the row space of H, span(H^T) in R^{d_in}. AGZO
+takes, during the unperturbed forward pass, a rank-r orthonormal basis A (d_in x r) of
+the dominant part of that row space by randomized subspace (power) iteration
+
+    Q_0 = qr(Omega),  Omega ~ N(0, 1)^{d_in x r};   Q_{j+1} = qr(H^T (H Q_j)),  j < q;
+    A = Q_q,
+
+(a few iterations, O(N d_in r) each; H itself is never kept) and perturbs that
+layer's weight only inside the subspace:
+
+    Delta = A R^T,        R ~ N(0, 1)^{d_out x r}.
+
+The paper writes weights (d_out x d_in) with y = W x and Delta = R A^T; our kernels are
+the transpose, hence A R^T. vec(Delta) is an isotropic Gaussian in the
+(r d_out)-dimensional subspace {A M^T}; all other parameters (embeddings, norms,
+biases) get z ~ N(0, I). With c the one-sided difference (L(theta + eps Delta) - L(theta))
+/ eps (the unperturbed pass that gives the activations also gives L(theta)) or the
+two-sided one, the estimate is g_hat = c * Delta (regenerated from the key), and
+
+    E[g_hat] = P grad L + O(eps),    P = projection onto the subspace,
+    E cos(g_hat, grad L) = (|P grad L| / |grad L|) * kappa(k),
+    kappa(k) = Gamma(k/2) / (sqrt(pi) Gamma((k+1)/2)) ~ sqrt(2 / (pi k)),
+
+k the subspace dimension, against kappa(D) for isotropic (MeZO) perturbations of all
+D parameters: higher whenever the activations are close to low-rank (|P g| / |g| >>
+sqrt(k / D)), and no better when they are isotropic (see `alignment.py`).
+
+References:
+  Activation-Guided Zeroth-Order optimization (AGZO), ICML 2026 (abstract in
+  papers/icml2026-abstracts.txt; evaluated on Qwen3 and Pangu models). Halko, Martinsson, Tropp,
+  "Finding structure with randomness", SIAM Review 2011 (subspace iteration).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from common.models import transformer
+from methods.zeroth_order import perturbation
+from methods.zeroth_order import transform
+
+Path = tuple[str, ...]
+_SKETCH_STREAM = 2**31 - 2
+
+
+def power_iteration_basis(h: jax.Array, rank: int, key: jax.Array,
+                          num_iters: int = 2, rel_tol: float = 1e-4) -> jax.Array:
+  """A (d_in, r'): orthonormal basis of the dominant rank-r' row space of h.
+
+  Args:
+    h: (..., d_in) activations; all leading axes are token rows (N = their product).
+    rank: r; the basis has r' = min(r, N, d_in) columns, so it always lies in the
+      row space of h.
+    key: draws the starting block Omega.
+    num_iters: q >= 1 subspace iterations Q <- qr(H^T H Q).
+    rel_tol: columns whose last |R_jj| is below rel_tol * max_j |R_jj| (directions
+      with sigma_j^2 / sigma_1^2 below ~rel_tol, including those outside the row
+      space when rank(H) < r) are set to zero, so A stays inside span(H^T).
+
+  Returns:
+    float32 (d_in, r'): orthonormal columns (some possibly zero) spanning the
+    dominant rank-r' right singular subspace of H.
+  """
+  if rank < 1 or num_iters < 1:
+    raise ValueError(f"power_iteration_basis: rank={rank}, num_iters={num_iters}; "
+                     "expected both >= 1")
+  d_in = h.shape[-1]
+  hm = h.reshape(-1, d_in).astype(jnp.float32)
+  r = min(rank, hm.shape[0], d_in)
+  q = jax.random.normal(key, (d_in, r), jnp.float32)
+  for _ in range(num_iters):
+    q, upper = jnp.linalg.qr(hm.T @ (hm @ q))
+  # When rank(H) < r, QR completes the basis with directions outside the row space;
+  # their |R_jj| is at rounding level, so those columns are zeroed (dropped).
+  diag = jnp.abs(jnp.diagonal(upper))
+  keep = diag > rel_tol * jnp.max(diag)
+  return q * keep[None, :].astype(q.dtype)
+
+
+def _path_of(key_path) -> Path:
+  return tuple(str(getattr(k, "key", getattr(k, "name", k))) for k in key_path)
+
+
+def _tap(taps: Any, path: Path) -> jax.Array:
+  node = taps
+  for name in path:
+    node = node[name]
+  return node["input"]
+
+
+def activation_bases(params: Any, taps: Any, key: jax.Array, *, rank: int,
+                     num_iters: int = 2) -> dict[Path, jax.Array]:
+  """{path of each linear layer: A (d_in, r')} from its tapped input activations.
+
+  `taps` is the "taps" collection of `common.models.transformer` (or any tree where
+  taps[path]["input"] is the input of params[path]["kernel"]); layers without a tap
+  are left out (they get Gaussian noise).
+  """
+  bases = {}
+  for i, path in enumerate(transformer.linear_paths(params)):
+    try:
+      h = _tap(taps, path)
+    except (KeyError, TypeError):
+      continue
+    if h is None:
+      continue
+    bases[path] = power_iteration_basis(h, rank, jax.random.fold_in(key, i), num_iters)
+  return bases
+
+
+def agzo_direction(params: Any, bases: dict[Path, jax.Array], key: jax.Array) -> Any:
+  """Delta = A R^T for kernels with a basis, z ~ N(0, I) elsewhere (keys per leaf)."""
+  keys = perturbation.leaf_keys(params, key)
+  flat, treedef = jax.tree_util.tree_flatten_with_path(params)
+  key_leaves = jax.tree.leaves(keys)
+  out = []
+  for (key_path, p), k in zip(flat, key_leaves):
+    path = _path_of(key_path)
+    a = bases.get(path[:-1]) if path and path[-1] == "kernel" and p.ndim == 2 else None
+    if a is None:
+      out.append(jax.random.normal(k, p.shape, p.dtype))
+    else:
+      r_mat = jax.random.normal(k, (p.shape[1], a.shape[1]), jnp.float32)
+      out.append((a @ r_mat.T).astype(p.dtype))
+  return jax.tree.unflatten(treedef, out)
+
+
+def subspace_dimension(params: Any, bases: dict[Path, jax.Array]) -> int:
+  """k: sum of (non-zero columns of A) * d_out over guided kernels plus the size of
+  every other leaf (concrete bases only: call it outside jit)."""
+  total = 0
+  for key_path, p in jax.tree_util.tree_flatten_with_path(params)[0]:
+    path = _path_of(key_path)
+    a = bases.get(path[:-1]) if path and path[-1] == "kernel" and p.ndim == 2 else None
+    if a is None:
+      total += p.size
+    else:
+      total += int(jnp.sum(jnp.any(a != 0, axis=0))) * p.shape[1]
+  return int(total)
+
+
+def project(grads: Any, bases: dict[Path, jax.Array]) -> Any:
+  """P g: A A^T g for guided kernels (in our (in, out) layout), g elsewhere."""
+  flat, treedef = jax.tree_util.tree_flatten_with_path(grads)
+  out = []
+  for key_path, g in flat:
+    path = _path_of(key_path)
+    a = bases.get(path[:-1]) if path and path[-1] == "kernel" and g.ndim == 2 else None
+    out.append(g if a is None else (a @ (a.T @ g.astype(jnp.float32))).astype(g.dtype))
+  return jax.tree.unflatten(treedef, out)
+
+
+def agzo_gradient(loss_and_taps_fn: Callable[[Any, Any], tuple[jax.Array, Any]],
+                  params: Any, batch: Any, key: jax.Array, step, *, eps: float = 1e-3,
+                  rank: int = 4, num_iters: int = 2, two_sided: bool = False
+                  ) -> perturbation.ZOEstimate:
+  """One AGZO estimate.
+
+  Args:
+    loss_and_taps_fn: (params, batch) -> (loss, taps), e.g. a loss over
+      `model.apply(..., mutable=["taps"])`; the perturbed passes discard the taps.
+    params, batch: theta and the minibatch.
+    key: the run's base key; step: the step index. Delta comes from fold_in(key, step),
+      the power-iteration starts from a separate stream of the same step.
+    eps: perturbation size; rank: r; num_iters: power iterations q.
+    two_sided: (L+ - L-) / (2 eps) (3 forward passes) instead of (L+ - L0) / eps (2).
+
+  Returns:
+    `ZOEstimate`; num_forward counts the unperturbed pass.
+  """
+  step_key = jax.random.fold_in(key, step)
+  base_loss, taps = loss_and_taps_fn(params, batch)
+  bases = activation_bases(params, taps, jax.random.fold_in(step_key, _SKETCH_STREAM),
+                           rank=rank, num_iters=num_iters)
+  sample = lambda: agzo_direction(params, bases, step_key)
+  loss_fn = lambda p, b: loss_and_taps_fn(p, b)[0]
+  return perturbation.finite_difference(loss_fn, params, batch, sample, eps,
+                                        two_sided=two_sided, base_loss=base_loss,
+                                        base_forward=1)
+
+
+def agzo(loss_and_taps_fn: Callable[[Any, Any], tuple[jax.Array, Any]], eps: float = 1e-3,
+         *, rank: int = 4, num_iters: int = 2, two_sided: bool = False, seed: int = 0):
+  """AGZO as the head of an optax chain (see `transform.zeroth_order`)."""
+  if not eps > 0 or rank < 1 or num_iters < 1:
+    raise ValueError(f"agzo: eps={eps!r}, rank={rank!r}, num_iters={num_iters!r}; expected "
+                     "eps > 0, rank >= 1, num_iters >= 1")
+  return transform.zeroth_order(
+      functools.partial(agzo_gradient, loss_and_taps_fn, eps=eps, rank=rank,
+                        num_iters=num_iters, two_sided=two_sided), seed=seed)

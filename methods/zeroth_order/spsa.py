@@ -1,0 +1,65 @@
+"""MeZO: SPSA with isotropic Gaussian perturbations of every parameter.
+
+At step t with key k_t = fold_in(key, t) and z ~ N(0, I_D) regenerated from k_t:
+
+    c_t = (L(theta + eps z; B_t) - L(theta - eps z; B_t)) / (2 eps)
+    g_hat_t = c_t z,           E_z[g_hat_t] = grad L(theta) + O(eps^2)
+
+(for a quadratic the expectation is exactly the gradient, since the odd terms cancel
+and E[z z^T] = I). The update is whatever optax chain follows, e.g. ZO-SGD
+theta <- theta - lr_t g_hat_t. Only the key is kept between uses of z.
+
+Example:
+    >>> tx = optax.chain(mezo(loss_fn, eps=1e-3), optax.sgd(1e-4))
+    >>> state = tx.init(params)
+    >>> updates, state = tx.update(params, state, params, batch=batch)
+    >>> params = optax.apply_updates(params, updates)
+
+References:
+  Malladi et al., "Fine-Tuning Language Models with Just Forward Passes", NeurIPS 2023.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from methods.zeroth_order import perturbation
+from methods.zeroth_order import transform
+
+
+def spsa_gradient(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any,
+                  key: jax.Array, step, *, eps: float = 1e-3,
+                  two_sided: bool = True) -> perturbation.ZOEstimate:
+  """One MeZO estimate c z with z ~ N(0, I) drawn from fold_in(key, step).
+
+  Args:
+    loss_fn: (params, batch) -> scalar.
+    params, batch: theta and the minibatch.
+    key: the run's base key; step: the step index (int or int32 scalar).
+    eps: perturbation size.
+    two_sided: central difference (2 forward passes); else forward difference from
+      L(theta) (also 2 passes).
+
+  Returns:
+    `ZOEstimate` (grads, loss, projected_grad, num_forward=2).
+  """
+  step_key = jax.random.fold_in(key, step)
+  sample = lambda: perturbation.gaussian_direction(params, step_key)
+  if two_sided:
+    return perturbation.finite_difference(loss_fn, params, batch, sample, eps)
+  base = loss_fn(params, batch)
+  return perturbation.finite_difference(loss_fn, params, batch, sample, eps, two_sided=False,
+                                        base_loss=base, base_forward=1)
+
+
+def mezo(loss_fn: Callable[[Any, Any], jax.Array], eps: float = 1e-3, *, seed: int = 0,
+         two_sided: bool = True):
+  """MeZO's estimator as the head of an optax chain (see `transform.zeroth_order`)."""
+  if not eps > 0:
+    raise ValueError(f"mezo: eps={eps!r}; expected a number > 0")
+  return transform.zeroth_order(
+      functools.partial(spsa_gradient, loss_fn, eps=eps, two_sided=two_sided), seed=seed)

@@ -1,0 +1,206 @@
+"""Unit and property tests of methods/zeroth_order: SPSA unbiasedness, the AGZO
+subspace (row-space membership, planted-basis recovery), the seed trick, the cosine
+theory, and composition with optax chains and schedules."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import methods.zeroth_order as zo
+from common.models import transformer
+
+
+def quadratic(dim=6, seed=0):
+  rng = np.random.default_rng(seed)
+  m = rng.normal(size=(dim, dim))
+  q = jnp.asarray(m @ m.T / dim + np.eye(dim), jnp.float32)
+  b = jnp.asarray(rng.normal(size=dim), jnp.float32)
+  params = {"w": jnp.asarray(rng.normal(size=(2, dim // 2)), jnp.float32)}
+
+  def loss_fn(p, batch):
+    del batch
+    x = p["w"].reshape(-1)
+    return 0.5 * x @ q @ x + b @ x
+
+  return params, loss_fn
+
+
+def test_spsa_is_unbiased_for_a_quadratic():
+  params, loss_fn = quadratic()
+  true = jax.grad(loss_fn)(params, None)["w"].reshape(-1)
+  n = 20000
+  draws = jax.jit(jax.vmap(lambda s: zo.spsa_gradient(loss_fn, params, None,
+                                                      jax.random.PRNGKey(3), s,
+                                                      eps=1e-2).grads["w"].reshape(-1)))(
+      jnp.arange(n))
+  draws = np.asarray(draws, np.float64)
+  mean, se = draws.mean(0), draws.std(0) / np.sqrt(n)
+  z = np.abs(mean - np.asarray(true)) / se
+  assert np.all(z < 4.5), (mean, true, z)
+  # The test has power: an estimator off by 10% is rejected with these draws.
+  assert np.any(np.abs(1.1 * mean - np.asarray(true)) / (1.1 * se) > 4.5)
+
+
+def test_one_sided_spsa_counts_passes_and_matches_directional_derivative():
+  params, loss_fn = quadratic()
+  est = zo.spsa_gradient(loss_fn, params, None, jax.random.PRNGKey(0), 5, eps=1e-3,
+                         two_sided=False)
+  z = zo.gaussian_direction(params, jax.random.fold_in(jax.random.PRNGKey(0), 5))
+  g = jax.grad(loss_fn)(params, None)
+  assert est.num_forward == 2
+  np.testing.assert_allclose(est.projected_grad, jnp.vdot(g["w"], z["w"]), rtol=2e-2)
+
+
+def test_seed_trick_regenerates_the_same_z():
+  params, loss_fn = quadratic()
+  key = jax.random.PRNGKey(42)
+  z1 = zo.gaussian_direction(params, jax.random.fold_in(key, 7))
+  z2 = zo.gaussian_direction(params, jax.random.fold_in(key, 7))
+  z3 = zo.gaussian_direction(params, jax.random.fold_in(key, 8))
+  np.testing.assert_array_equal(z1["w"], z2["w"])
+  assert not np.allclose(z1["w"], z3["w"])
+  # The estimate is c * z with z regenerated from the step key, bit for bit.
+  est = jax.jit(lambda p: zo.spsa_gradient(loss_fn, p, None, key, 7, eps=1e-3))(params)
+  np.testing.assert_allclose(est.grads["w"], est.projected_grad * z1["w"], rtol=1e-6)
+  # LOZO: V is shared within an interval of steps and redrawn across intervals.
+  p2 = {"k": jnp.zeros((6, 5))}
+  lz = lambda s: zo.lozo_direction(p2, key, s, rank=2, interval=4)["k"]
+  for s in (0, 1, 3):
+    np.testing.assert_array_equal(lz(s), zo.lozo_direction(p2, key, s, rank=2, interval=4)["k"])
+  col_space = lambda m: np.linalg.svd(np.asarray(m))[2][:2]  # right singular vectors = V's span
+  v0, v3, v4 = col_space(lz(0)), col_space(lz(3)), col_space(lz(4))
+  assert np.allclose(np.abs(np.linalg.det(v0 @ v3.T)), 1.0, atol=1e-4)
+  assert not np.allclose(np.abs(np.linalg.det(v0 @ v4.T)), 1.0, atol=1e-2)
+
+
+def test_power_iteration_recovers_a_planted_low_rank_basis():
+  rng = np.random.default_rng(0)
+  n, d, k = 400, 48, 5
+  v, _ = np.linalg.qr(rng.normal(size=(d, k)))
+  u = rng.normal(size=(n, k)) * np.array([10.0, 8.0, 6.0, 5.0, 4.0])
+  h = u @ v.T + 1e-2 * rng.normal(size=(n, d))
+  a = np.asarray(zo.power_iteration_basis(jnp.asarray(h, jnp.float32), k,
+                                          jax.random.PRNGKey(0), num_iters=3))
+  np.testing.assert_allclose(a.T @ a, np.eye(k), atol=1e-5)
+  assert np.linalg.norm(a @ a.T - v @ v.T, 2) < 1e-2
+  # A random basis of the same size is far from the planted one.
+  rand, _ = np.linalg.qr(rng.normal(size=(d, k)))
+  assert np.linalg.norm(rand @ rand.T - v @ v.T, 2) > 0.5
+
+
+def _row_space_residual(h, delta):
+  _, s, vt = np.linalg.svd(np.asarray(h, np.float64).reshape(-1, h.shape[-1]),
+                           full_matrices=False)
+  v = vt[s > 1e-6 * s[0]].T
+  d = np.asarray(delta, np.float64)
+  return np.linalg.norm(d - v @ (v.T @ d)) / np.linalg.norm(d), v.shape[1]
+
+
+@pytest.mark.parametrize("rank", [3, 8])
+def test_agzo_perturbation_lies_in_the_activation_row_space(rank):
+  rng = np.random.default_rng(1)
+  h = jnp.asarray(rng.normal(size=(40, 5)) @ rng.normal(size=(5, 16)), jnp.float32)  # rank 5
+  params = {"lin": {"kernel": jnp.zeros((16, 7)), "bias": jnp.zeros((7,))}}
+  taps = {"lin": {"input": h}}
+  bases = zo.activation_bases(params, taps, jax.random.PRNGKey(0), rank=rank)
+  delta = zo.agzo_direction(params, bases, jax.random.PRNGKey(1))
+  resid, dim = _row_space_residual(h, delta["lin"]["kernel"])
+  assert dim == 5 and resid < 1e-5, resid
+  assert np.linalg.matrix_rank(np.asarray(delta["lin"]["kernel"]), tol=1e-4) == min(rank, 5)
+  assert np.std(np.asarray(delta["lin"]["bias"])) > 0.3  # other parameters: Gaussian
+  assert zo.subspace_dimension(params, bases) == min(rank, 5) * 7 + 7
+
+
+def test_agzo_on_the_transformer_perturbs_every_linear_layer_inside_its_taps():
+  config = transformer.llama_config(vocab_size=64, d_model=32, num_layers=1, num_heads=2,
+                                    num_kv_heads=1, d_ff=64, max_seq_len=16)
+  model = transformer.Transformer(config)
+  params = transformer.init_params(model, jax.random.PRNGKey(0))
+  tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 8), 0, 64)  # 16 token rows < d_in
+
+  def loss_and_taps(p, batch):
+    logits, state = model.apply({"params": p}, batch, mutable=["taps"])
+    return jnp.mean(logits[:, -1, 0]), state["taps"]
+
+  _, taps = loss_and_taps(params, tokens)
+  bases = zo.activation_bases(params, taps, jax.random.PRNGKey(2), rank=4)
+  paths = transformer.linear_paths(params)
+  assert set(bases) == set(paths) and len(paths) == 8
+  delta = zo.agzo_direction(params, bases, jax.random.PRNGKey(3))
+  for path in paths:
+    node_d, node_t = delta, taps
+    for p in path:
+      node_d, node_t = node_d[p], node_t[p]
+    resid, dim = _row_space_residual(node_t["input"], node_d["kernel"])
+    assert dim <= 16 and resid < 1e-4, (path, resid)
+  # The estimator runs end to end and counts the unperturbed pass.
+  est = jax.jit(lambda p: zo.agzo_gradient(loss_and_taps, p, tokens, jax.random.PRNGKey(4),
+                                           0, rank=4))(params)
+  assert est.num_forward == 2 and np.isfinite(float(est.projected_grad))
+
+
+def test_cosine_theory_matches_monte_carlo():
+  assert abs(zo.isotropic_expected_cosine(10**6) - np.sqrt(2 / (np.pi * 10**6))) < 1e-8
+  assert abs(zo.isotropic_expected_cosine(1) - 1.0) < 1e-12
+  params, loss_fn = quadratic(dim=12, seed=3)
+  g = jax.grad(loss_fn)(params, None)
+  est = lambda p, b, k, s: zo.spsa_gradient(loss_fn, p, b, k, s, eps=1e-3)
+  c = np.asarray(jax.jit(lambda p: zo.alignment_draws(est, p, None, g, jax.random.PRNGKey(0),
+                                                      4000))(params)["overall"])
+  theory = zo.isotropic_expected_cosine(12)
+  assert abs(c.mean() - theory) < 4 * c.std() / np.sqrt(len(c)), (c.mean(), theory)
+
+
+class _Lin(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return transformer.Linear(3, name="lin")(x)
+
+
+def _regression_problem():
+  model = _Lin()
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(64, 2)) @ rng.normal(size=(2, 8)), jnp.float32)
+  y = x @ jnp.asarray(rng.normal(size=(8, 3)), jnp.float32)
+  params = {"lin": {"kernel": jnp.zeros((8, 3))}}
+
+  def loss_and_taps(p, batch):
+    out, state = model.apply({"params": p}, batch["x"], mutable=["taps"])
+    return jnp.mean((out - batch["y"]) ** 2), state["taps"]
+
+  return params, {"x": x, "y": y}, loss_and_taps
+
+
+@pytest.mark.parametrize("name", ["mezo", "lozo", "agzo", "first_order"])
+def test_each_estimator_composes_with_optax_chain_and_a_schedule(name):
+  params, batch, loss_and_taps = _regression_problem()
+  loss_fn = lambda p, b: loss_and_taps(p, b)[0]
+  head = {"mezo": lambda: zo.mezo(loss_fn, 1e-3),
+          "lozo": lambda: zo.lozo(loss_fn, 1e-3, rank=2, interval=5),
+          "agzo": lambda: zo.agzo(loss_and_taps, 1e-3, rank=2),
+          "first_order": lambda: zo.first_order(loss_fn)}[name]()
+  schedule = optax.cosine_decay_schedule(0.02, 300)
+  tx = optax.chain(head, optax.clip_by_global_norm(10.0), optax.sgd(schedule))
+  state = tx.init(params)
+  step = zo.make_step(tx)
+  start = float(loss_fn(params, batch))
+  for _ in range(300):
+    params, state = step(params, state, batch)
+  zo_state = zo.find_zo_state(state)
+  assert int(zo_state.step) == 300
+  assert float(loss_fn(params, batch)) < 0.5 * start
+  assert step._cache_size() == 1  # traced once
+
+
+def test_zeroth_order_transformation_needs_params_and_batch():
+  params, loss_fn = quadratic()
+  tx = zo.mezo(loss_fn)
+  with pytest.raises(ValueError, match="batch"):
+    tx.update(params, tx.init(params), params)
+  with pytest.raises(ValueError, match="eps"):
+    zo.mezo(loss_fn, eps=0.0)
+  with pytest.raises(ValueError, match="rank"):
+    zo.power_iteration_basis(jnp.ones((4, 3)), 0, jax.random.PRNGKey(0))
