@@ -1,8 +1,8 @@
 """Experiment: zeroth-order fine-tuning of the shared LM with MeZO, LOZO and AGZO.
 
 Three measurements, on the byte-level LM of `experiments/lm.py` (from
-`experiments.lm.trained_lm`: the lm experiment's run beside workdir, else workdir/lm) and a downstream task built here: is a window of the stdlib corpus
-English (pydoc topic) or Python (module source)? The label is read from the LM's
+`experiments.lm.trained_lm`: the lm experiment's run beside workdir, else workdir/lm)
+and a downstream task built here: is a window of the stdlib corpus English (pydoc topic) or Python (module source)? The label is read from the LM's
 next-byte logits of two verbaliser bytes at the window's last position, and the loss
 is the cross-entropy over those two logits.
 
