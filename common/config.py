@@ -27,6 +27,23 @@ def die(message: Any) -> NoReturn:
   sys.exit(2)
 
 
+def parse_flags_or_die(flag_values, argv: list[str]) -> list[str]:
+  """Parses absl flags; a bad flag or a stray positional argument dies with one line.
+
+  Returns the remaining argv (the program name). Entrypoints pass their own
+  `flags_parser` to `app.run` that calls this, then checks flag values with `die`.
+  """
+  from absl import flags  # Lazy: configs do not need absl.
+
+  try:
+    rest = flag_values(argv)
+  except flags.Error as e:
+    die(e)
+  if len(rest) > 1:
+    die(f"unexpected positional arguments: {' '.join(rest[1:])}")
+  return rest
+
+
 def build(name: str, base: Mapping[str, Any], presets: Mapping[str, Mapping[str, Any]],
           preset: str | None) -> ml_collections.ConfigDict:
   """Returns the locked ConfigDict ``base`` updated with ``presets[preset]``."""

@@ -53,12 +53,7 @@ ALLOWED = ("hessian_cg", "gradient")
 
 def parse_flags(argv: list[str]) -> list[str]:
   """absl flag parsing whose errors (and bad values) are one-line messages."""
-  try:
-    rest = FLAGS(argv)
-  except flags.Error as e:
-    config_lib.die(e)
-  if len(rest) > 1:
-    config_lib.die(f"unexpected positional arguments: {' '.join(rest[1:])}")
+  rest = config_lib.parse_flags_or_die(FLAGS, argv)
   try:
     hidden = [int(h) for h in FLAGS.hidden]
   except ValueError:
