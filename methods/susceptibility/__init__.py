@@ -1,0 +1,45 @@
+"""Spectroscopy of a language model: SGLD, the local learning coefficient, per-token
+susceptibilities and conductance-based clustering ("Spectroscopy of a language model",
+ICML 2026).
+
+Public API:
+  sgld, run_chains, default_n_beta, SGLDState, SGLDTrace          (sgld.py)
+  estimate_llc, init_loss, diagnose, stability_number, LLCEstimate (llc.py)
+  pooled_covariance, susceptibilities, component_susceptibilities,
+  SusceptibilityResult                                            (susceptibilities.py)
+  standardize, knn_graph, conductance, sweep_cut, conductance_clustering,
+  cluster_tokens, adjusted_rand_index                             (clustering.py)
+  baselines.projected_gradient_features / residual_features       (baselines.py)
+"""
+
+from methods.susceptibility import baselines
+from methods.susceptibility.clustering import adjusted_rand_index
+from methods.susceptibility.clustering import cluster_tokens
+from methods.susceptibility.clustering import conductance
+from methods.susceptibility.clustering import conductance_clustering
+from methods.susceptibility.clustering import knn_graph
+from methods.susceptibility.clustering import standardize
+from methods.susceptibility.clustering import sweep_cut
+from methods.susceptibility.llc import diagnose
+from methods.susceptibility.llc import estimate_llc
+from methods.susceptibility.llc import init_loss
+from methods.susceptibility.llc import LLCEstimate
+from methods.susceptibility.llc import stability_number
+from methods.susceptibility.sgld import default_n_beta
+from methods.susceptibility.sgld import run_chains
+from methods.susceptibility.sgld import sgld
+from methods.susceptibility.sgld import SGLDState
+from methods.susceptibility.sgld import SGLDTrace
+from methods.susceptibility.susceptibilities import component_susceptibilities
+from methods.susceptibility.susceptibilities import pooled_covariance
+from methods.susceptibility.susceptibilities import stack_trees
+from methods.susceptibility.susceptibilities import susceptibilities
+from methods.susceptibility.susceptibilities import SusceptibilityResult
+
+__all__ = [
+    "baselines", "adjusted_rand_index", "cluster_tokens", "conductance",
+    "conductance_clustering", "knn_graph", "standardize", "sweep_cut", "diagnose",
+    "estimate_llc", "init_loss", "LLCEstimate", "stability_number", "default_n_beta",
+    "run_chains", "sgld", "SGLDState", "SGLDTrace", "component_susceptibilities",
+    "pooled_covariance", "stack_trees", "susceptibilities", "SusceptibilityResult",
+]
