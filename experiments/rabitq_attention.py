@@ -19,7 +19,6 @@ same config resumes after the last finished stage.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import os
@@ -35,6 +34,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from common import report  # noqa: E402
+from common import trials as trials_lib  # noqa: E402
 from common.data import text  # noqa: E402
 from common.models import logprobs  # noqa: E402
 from common.models import transformer  # noqa: E402
@@ -462,12 +462,6 @@ def plot_e2e(e2e: dict, path: str):
 # ----------------------------------------------------------------------------- run
 
 
-def _fingerprint(config) -> str:
-  blob = json.dumps({k: config[k] for k in sorted(config.keys()) if k != "preset"},
-                    sort_keys=True, default=list)
-  return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
 def _stage(workdir, name, fingerprint, fn):
   """Runs fn() once per config: its JSON result is cached in workdir/stages/name.json."""
   path = os.path.join(workdir, "stages", f"{name}.json")
@@ -636,7 +630,7 @@ def run(config, workdir: str) -> report.Result:
   config_module.validate(config)
   start = time.time()
   os.makedirs(workdir, exist_ok=True)
-  fp = _fingerprint(config)
+  fp = trials_lib.config_fingerprint(config)
   key = jax.random.PRNGKey(config.seed)
   est = _stage(workdir, "estimator", fp,
                lambda: estimator_study(config, jax.random.fold_in(key, 1)))

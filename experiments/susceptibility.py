@@ -24,7 +24,6 @@ a changed config recomputes only the parts whose keys changed):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -40,6 +39,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from common import report  # noqa: E402
+from common import trials as trials_lib  # noqa: E402
 from common import train as train_lib  # noqa: E402
 from common.data import mechanisms  # noqa: E402
 from common.data import text  # noqa: E402
@@ -54,9 +54,8 @@ from methods.susceptibility import baselines  # noqa: E402
 
 def _fingerprint(config, prefixes: tuple[str, ...]) -> str:
   """Hash of the config values whose keys start with one of `prefixes` (and the seed)."""
-  keys = sorted(k for k in config.keys() if k.startswith(prefixes) or k == "seed")
-  blob = json.dumps({k: config[k] for k in keys}, sort_keys=True, default=list)
-  return hashlib.sha256(blob.encode()).hexdigest()[:16]
+  return trials_lib.config_fingerprint(
+      config, exclude=[k for k in config.keys() if not (k.startswith(prefixes) or k == "seed")])
 
 
 def _cached(path: str, fingerprint: str):

@@ -21,8 +21,6 @@ a rerun skips what is there, so an interrupted run resumes.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 from typing import Any, NamedTuple
@@ -39,6 +37,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from common import report  # noqa: E402
+from common import trials as trials_lib  # noqa: E402
 from common.data import text  # noqa: E402
 from common.models import transformer  # noqa: E402
 from experiments import lm as lm_experiment  # noqa: E402
@@ -386,33 +385,14 @@ def control_alignment(config) -> dict:
 
 # ------------------------------------------------------------------------ resumption
 
-def _fingerprint(config) -> str:
-  keys = sorted(k for k in config.keys() if k not in ("preset",))
-  blob = json.dumps({k: config[k] for k in keys}, sort_keys=True, default=list)
-  return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _load(path: str, fingerprint: str) -> dict:
-  done = {}
-  if os.path.exists(path):
-    with open(path) as f:
-      for line in f:
-        try:
-          row = json.loads(line)
-        except json.JSONDecodeError:
-          continue
-        if row.get("fingerprint") == fingerprint:
-          done[row["part"]] = row["value"]
-          done.setdefault("seconds", {})[row["part"]] = row.get("seconds", 0.0)
-  return done
-
-
 def run_parts(config, workdir: str) -> dict:
   """Every measurement, each cached in workdir/trials.jsonl under its part name."""
-  os.makedirs(workdir, exist_ok=True)
-  fingerprint = _fingerprint(config)
-  path = os.path.join(workdir, TRIALS)
-  done = _load(path, fingerprint)
+  log = trials_lib.TrialLog(os.path.join(workdir, TRIALS),
+                           trials_lib.config_fingerprint(config))
+  done = {}
+  for row in log.rows:
+    done[row["part"]] = row["value"]
+    done.setdefault("seconds", {})[row["part"]] = row.get("seconds", 0.0)
   lm_config = lm_configs.get_config(config.lm_preset)
   trained = lm_experiment.trained_lm(lm_config, workdir)
   model = trained.model
@@ -434,7 +414,7 @@ def run_parts(config, workdir: str) -> dict:
                                         config))
            for name in method_names(config)]
   done["fresh"] = []
-  with open(path, "a") as log:
+  with log:
     for part, fn in todo:
       if part in done:
         continue
@@ -443,9 +423,7 @@ def run_parts(config, workdir: str) -> dict:
       value = fn()
       seconds = time.time() - t0
       logging.info("zeroth_order %s done in %.1fs", part, seconds)
-      log.write(json.dumps(dict(fingerprint=fingerprint, part=part, value=value,
-                                seconds=seconds)) + "\n")
-      log.flush()
+      log.append(dict(part=part, value=value, seconds=seconds))
       done[part] = value
       done.setdefault("seconds", {})[part] = seconds
   done["num_params"] = transformer.num_params(trained.params)

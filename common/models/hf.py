@@ -244,7 +244,7 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: TransformerConfig,
 
   for path, name in _top_names(config, model_type).items():
     put(path, name)
-  h, kv, d = config.num_heads, config.kv_heads, config.dim_per_head
+  h, d = config.num_heads, config.dim_per_head
   for i in range(config.num_layers):
     for path, name in _layer_names(config, model_type, i).items():
       put((f"layer_{i}",) + path, name)
@@ -260,11 +260,11 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: TransformerConfig,
   if unused:
     raise ValueError(f"checkpoint has {len(unused)} tensors this config does not use, e.g. "
                      f"{unused[:5]}; is config.json consistent with the weights?")
-  _check_shapes(params, config, h, kv, d)
+  _check_shapes(params, config)
   return params
 
 
-def _check_shapes(params, config, h, kv, d) -> None:
+def _check_shapes(params, config) -> None:
   from common.models.transformer import Transformer, init_params  # Shapes only.
 
   expected = jax.eval_shape(lambda: init_params(Transformer(config), jax.random.PRNGKey(0)))

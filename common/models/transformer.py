@@ -456,7 +456,7 @@ def linear_paths(params: Any) -> list[tuple[str, ...]]:
   paths = []
 
   def visit(tree, prefix):
-    if isinstance(tree, dict) or hasattr(tree, "items"):
+    if hasattr(tree, "items"):
       if "kernel" in tree and getattr(tree["kernel"], "ndim", 0) == 2:
         paths.append(prefix)
         return
