@@ -1,0 +1,154 @@
+"""Multilevel graphs for HieraGraphNet: one `jraph.GraphsTuple` per level plus the maps between levels.
+
+A `MultiscaleGraph` holds, for levels l = 0 (the mesh) .. L-1 (the coarsest):
+
+    levels[l]   a GraphsTuple: nodes = static node features (N_l, F_l), edges =
+                [dx, dy, |d|] / s for each directed edge (E_l, 3), where d is the
+                receiver-minus-sender displacement and s the mean mesh-edge length;
+    assign[l]   (N_l,) int: the level-(l+1) node that level-l node i pools into;
+    cross[l]    (N_l, 3): [dx, dy, |d|] / s from node i to its coarse node assign[l][i].
+
+The hierarchy itself (which nodes survive, which fine nodes pool where) comes from
+`methods.cgfm.coarsening`. Shapes are made static for `jit` with `pad`: every level
+is padded with `jraph.pad_with_graphs` (one padding graph), and padding nodes of
+level l pool into the last (padding) node of level l+1, so no real node ever
+receives a message from padding. Samples of a batch are padded to the same sizes
+and stacked (`stack`) along a leading axis, which is the axis the training loop
+splits over the mesh `data` axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import jraph
+import numpy as np
+
+
+class MultiscaleGraph(NamedTuple):
+  levels: tuple[jraph.GraphsTuple, ...]
+  assign: tuple[np.ndarray, ...]
+  cross: tuple[np.ndarray, ...]
+
+  @property
+  def num_levels(self) -> int:
+    return len(self.levels)
+
+
+def _edge_features(pos: np.ndarray, senders: np.ndarray, receivers: np.ndarray,
+                   scale: float) -> np.ndarray:
+  d = (pos[receivers] - pos[senders]) / scale
+  return np.concatenate([d, np.linalg.norm(d, axis=1, keepdims=True)], 1).astype(np.float32)
+
+
+def _graph(nodes, edges, senders, receivers) -> jraph.GraphsTuple:
+  return jraph.GraphsTuple(
+      nodes=np.asarray(nodes, np.float32), edges=edges,
+      senders=np.asarray(senders, np.int32), receivers=np.asarray(receivers, np.int32),
+      n_node=np.array([len(nodes)], np.int32), n_edge=np.array([len(senders)], np.int32),
+      globals=np.zeros((1, 1), np.float32))
+
+
+def build(pos: np.ndarray, senders: np.ndarray, receivers: np.ndarray,
+          node_features: np.ndarray, coarse: Sequence = (), *,
+          length_scale: float | None = None) -> MultiscaleGraph:
+  """The multilevel graph of a mesh and its coarse levels.
+
+  Args:
+    pos: (N, 2) mesh node coordinates.
+    senders, receivers: (E,) directed mesh edges (both directions of each edge).
+    node_features: (N, F) static features of the mesh nodes (e.g. node type one-hot
+      and position).
+    coarse: `coarsening.CoarseLevel`s, level l+1 built from level l (empty for a
+      single-level MeshGraphNet-style graph).
+    length_scale: s in the edge features; defaults to the mean mesh-edge length.
+
+  Returns:
+    The MultiscaleGraph. Coarse nodes carry [x / L, y / L, boundary] as features,
+    with L the half extent of the mesh.
+  """
+  pos = np.asarray(pos, np.float64)
+  if pos.ndim != 2 or pos.shape[1] != 2:
+    raise ValueError(f"pos must have shape (N, 2), got {pos.shape}")
+  if np.shape(node_features)[0] != len(pos):
+    raise ValueError(f"node_features has {np.shape(node_features)[0]} rows for "
+                     f"{len(pos)} nodes")
+  senders, receivers = np.asarray(senders), np.asarray(receivers)
+  if senders.shape != receivers.shape or senders.ndim != 1:
+    raise ValueError(f"senders {senders.shape} and receivers {receivers.shape} must be "
+                     "equal-length vectors")
+  if length_scale is None:
+    length_scale = float(np.mean(np.linalg.norm(pos[receivers] - pos[senders], axis=1)))
+  extent = 0.5 * float(np.max(pos.max(0) - pos.min(0)))
+  levels = [_graph(node_features, _edge_features(pos, senders, receivers, length_scale),
+                   senders, receivers)]
+  assign, cross = [], []
+  fine_pos = pos
+  for level in coarse:
+    a = np.asarray(level.assign)
+    if a.shape != (len(fine_pos),) or a.min() < 0 or a.max() >= len(level.pos):
+      raise ValueError(f"coarse level {len(levels)}: assign must map the {len(fine_pos)} "
+                       f"finer nodes into [0, {len(level.pos)})")
+    cpos = np.asarray(level.pos, np.float64)
+    feats = np.concatenate([cpos / extent, np.asarray(level.boundary, np.float64)[:, None]], 1)
+    levels.append(_graph(feats, _edge_features(cpos, level.senders, level.receivers,
+                                               length_scale),
+                         level.senders, level.receivers))
+    d = (cpos[a] - fine_pos) / length_scale
+    assign.append(a.astype(np.int32))
+    cross.append(np.concatenate([d, np.linalg.norm(d, axis=1, keepdims=True)],
+                                1).astype(np.float32))
+    fine_pos = cpos
+  return MultiscaleGraph(tuple(levels), tuple(assign), tuple(cross))
+
+
+def padded_sizes(graph: MultiscaleGraph, multiple: int = 32) -> tuple[tuple[int, ...],
+                                                                       tuple[int, ...]]:
+  """Node and edge budgets per level: the real size plus one, rounded up to `multiple`."""
+  up = lambda n: int(-(-(n + 1) // multiple) * multiple)
+  nodes = tuple(up(int(np.sum(g.n_node))) for g in graph.levels)
+  edges = tuple(up(int(np.sum(g.n_edge))) for g in graph.levels)
+  return nodes, edges
+
+
+def pad(graph: MultiscaleGraph, n_node: Sequence[int], n_edge: Sequence[int]) -> MultiscaleGraph:
+  """Pads every level to (n_node[l], n_edge[l]) with `jraph.pad_with_graphs` (2 graphs)."""
+  if len(n_node) != graph.num_levels or len(n_edge) != graph.num_levels:
+    raise ValueError(f"need one node and edge budget per level ({graph.num_levels}), got "
+                     f"{len(n_node)} and {len(n_edge)}")
+  levels = []
+  for l, g in enumerate(graph.levels):
+    real_n, real_e = int(np.sum(g.n_node)), int(np.sum(g.n_edge))
+    if n_node[l] <= real_n or n_edge[l] < real_e:
+      raise ValueError(f"level {l}: budget ({n_node[l]} nodes, {n_edge[l]} edges) must exceed "
+                       f"the graph's {real_n} nodes and hold its {real_e} edges")
+    levels.append(jax.tree.map(np.asarray, jraph.pad_with_graphs(g, n_node[l], n_edge[l], 2)))
+  assign, cross = [], []
+  for l, (a, c) in enumerate(zip(graph.assign, graph.cross)):
+    extra = n_node[l] - len(a)
+    assign.append(np.concatenate([a, np.full(extra, n_node[l + 1] - 1, np.int32)]))
+    cross.append(np.concatenate([c, np.zeros((extra, c.shape[1]), np.float32)]))
+  return MultiscaleGraph(tuple(levels), tuple(assign), tuple(cross))
+
+
+def node_mask(graph: MultiscaleGraph) -> jax.Array:
+  """(N_0,) True on the real mesh nodes, False on padding ((B, N_0) if stacked).
+
+  The first graph of each padded sample is the real one (`jraph.pad_with_graphs`
+  appends the padding graph), so its node count marks the real nodes.
+  """
+  g = graph.levels[0]
+  return jnp.arange(g.nodes.shape[-2]) < jnp.asarray(g.n_node)[..., :1]
+
+
+def stack(graphs: Sequence[MultiscaleGraph]) -> MultiscaleGraph:
+  """Stacks equally padded graphs along a new leading (batch) axis."""
+  return jax.tree.map(lambda *xs: np.stack(xs), *graphs)
+
+
+def broadcast(graph: MultiscaleGraph, batch_size: int) -> MultiscaleGraph:
+  """The same graph repeated along a new leading axis (a batch on one mesh)."""
+  return jax.tree.map(lambda x: np.broadcast_to(x, (batch_size,) + np.shape(x)), graph)

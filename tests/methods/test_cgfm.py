@@ -1,0 +1,239 @@
+"""CGFM: multilevel graphs, HieraGraphNet symmetries, the flow loss/sampler, and the metrics."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats
+from scipy.spatial import Delaunay
+
+from methods.cgfm import coarsening, flow, graphs, hieragraphnet, metrics
+
+
+def _mesh(n=160, seed=0):
+  rng = np.random.default_rng(seed)
+  pos = rng.uniform(-1.0, 1.0, (n, 2))
+  tri = Delaunay(pos).simplices
+  e = np.unique(np.sort(np.concatenate([tri[:, [0, 1]], tri[:, [1, 2]], tri[:, [2, 0]]]), 1),
+                axis=0)
+  senders = np.concatenate([e[:, 0], e[:, 1]]).astype(np.int32)
+  receivers = np.concatenate([e[:, 1], e[:, 0]]).astype(np.int32)
+  feats = np.concatenate([pos, rng.integers(0, 2, (n, 1))], 1).astype(np.float32)
+  return pos, senders, receivers, feats
+
+
+def _graph(n=160, ratios=(0.3, 0.4), seed=0):
+  pos, s, r, feats = _mesh(n, seed)
+  levels = coarsening.build_hierarchy(pos, s, r, ratios=ratios, method="aware", seed=seed)
+  return pos, s, r, feats, graphs.build(pos, s, r, feats, levels)
+
+
+MODEL = hieragraphnet.HieraGraphNet(latent=16, blocks_per_level=1, num_layers=1)
+
+
+@pytest.fixture(scope="module")
+def padded():
+  *_, g = _graph()
+  n_node, n_edge = graphs.padded_sizes(g)
+  return graphs.pad(g, n_node, n_edge)
+
+
+@pytest.fixture(scope="module")
+def params(padded):
+  x = jnp.zeros((padded.levels[0].nodes.shape[0], 3))
+  return MODEL.init(jax.random.PRNGKey(0), padded, 0.5, x, jnp.zeros(1))
+
+
+def test_build_and_pad_shapes():
+  pos, s, r, feats, g = _graph()
+  assert g.num_levels == 3
+  assert g.levels[0].nodes.shape == (160, 3) and g.levels[0].edges.shape == (len(s), 3)
+  for l in range(2):
+    assert g.assign[l].shape == (g.levels[l].nodes.shape[0],)
+    assert g.assign[l].max() < g.levels[l + 1].nodes.shape[0]
+    assert g.cross[l].shape == (g.levels[l].nodes.shape[0], 3)
+  n_node, n_edge = graphs.padded_sizes(g, multiple=16)
+  p = graphs.pad(g, n_node, n_edge)
+  for l in range(3):
+    assert p.levels[l].nodes.shape[0] == n_node[l] and p.levels[l].senders.shape == (n_edge[l],)
+    np.testing.assert_array_equal(p.levels[l].n_node[:1], g.levels[l].n_node)
+  # Padding nodes pool into the padding node of the next level; real ones are untouched.
+  np.testing.assert_array_equal(p.assign[0][:160], g.assign[0])
+  assert np.all(p.assign[0][160:] == n_node[1] - 1)
+  mask = np.asarray(graphs.node_mask(p))
+  assert mask.sum() == 160 and mask[:160].all()
+  stacked = graphs.broadcast(p, 3)
+  assert np.asarray(graphs.node_mask(stacked)).shape == (3, n_node[0])
+  with pytest.raises(ValueError, match="budget"):
+    graphs.pad(g, (160,) + n_node[1:], n_edge)
+
+
+def test_output_ignores_padding_budget(params, padded):
+  *_, g = _graph()
+  rng = np.random.default_rng(1)
+  x_real = rng.normal(size=(160, 3)).astype(np.float32)
+  outs = []
+  for multiple in (32, 64):
+    n_node, n_edge = graphs.padded_sizes(g, multiple)
+    if multiple == 32:
+      p = padded
+    else:
+      p = graphs.pad(g, n_node, n_edge)
+    x = np.zeros((n_node[0], 3), np.float32)
+    x[:160] = x_real
+    outs.append(np.asarray(MODEL.apply(params, p, 0.3, x, jnp.array([0.2])))[:160])
+  np.testing.assert_allclose(outs[0], outs[1], atol=1e-5)
+
+
+def _permute(g: graphs.MultiscaleGraph, perms):
+  """Relabels the nodes of every level l by perms[l] (new index of old node i = perm[i])."""
+  levels, assign, cross = [], [], []
+  for l, (lev, perm) in enumerate(zip(g.levels, perms)):
+    inv = np.argsort(perm)
+    levels.append(lev._replace(nodes=lev.nodes[inv], senders=perm[lev.senders],
+                               receivers=perm[lev.receivers]))
+    if l < len(g.assign):
+      assign.append(perms[l + 1][g.assign[l]][inv])
+      cross.append(g.cross[l][inv])
+  return graphs.MultiscaleGraph(tuple(levels), tuple(assign), tuple(cross))
+
+
+def test_permutation_equivariance():
+  *_, g = _graph(n=120, seed=3)
+  rng = np.random.default_rng(0)
+  perms = [rng.permutation(lev.nodes.shape[0]) for lev in g.levels]
+  gp = _permute(g, perms)
+  x = rng.normal(size=(120, 3)).astype(np.float32)
+  params = MODEL.init(jax.random.PRNGKey(1), g, 0.5, x, jnp.zeros(1))
+  out = np.asarray(MODEL.apply(params, g, 0.4, x, jnp.array([0.3])))
+  out_p = np.asarray(MODEL.apply(params, gp, 0.4, x[np.argsort(perms[0])], jnp.array([0.3])))
+  np.testing.assert_allclose(out_p, out[np.argsort(perms[0])], atol=2e-5)
+  # Permuting the coarse levels alone leaves the output unchanged.
+  gc = _permute(g, [np.arange(120)] + perms[1:])
+  np.testing.assert_allclose(np.asarray(MODEL.apply(params, gc, 0.4, x, jnp.array([0.3]))), out,
+                             atol=2e-5)
+
+
+def test_single_level_is_a_message_passing_network():
+  pos, s, r, feats = _mesh(60)
+  g = graphs.build(pos, s, r, feats)
+  assert g.num_levels == 1 and g.assign == ()
+  model = hieragraphnet.HieraGraphNet(latent=8, blocks_per_level=2, num_layers=1)
+  x = np.zeros((60, 3), np.float32)
+  params = model.init(jax.random.PRNGKey(0), g, 0.0, x, jnp.zeros(1))
+  assert not any("pool" in k for k in params["params"])
+  # Receptive field: two blocks reach two hops, so a node 3+ hops away is unaffected.
+  hops = _hops(60, s, r, 0)
+  far = np.flatnonzero(hops >= 4)[0]
+  x1 = x.copy()
+  x1[0] = 1.0
+  d = np.abs(np.asarray(model.apply(params, g, 0.0, x1, jnp.zeros(1)))
+             - np.asarray(model.apply(params, g, 0.0, x, jnp.zeros(1))))
+  assert d[0].max() > 0 and d[far].max() == 0
+
+
+def _hops(n, s, r, src):
+  dist = np.full(n, 10 ** 6)
+  dist[src] = 0
+  frontier = [src]
+  while frontier:
+    nxt = []
+    for u in frontier:
+      for v in r[s == u]:
+        if dist[v] > dist[u] + 1:
+          dist[v] = dist[u] + 1
+          nxt.append(v)
+    frontier = nxt
+  return dist
+
+
+def test_loss_traces_once_and_is_finite(params, padded):
+  b = 4
+  rng = np.random.default_rng(0)
+  batch = {"graph": graphs.broadcast(padded, b),
+           "x1": rng.normal(size=(b, padded.levels[0].nodes.shape[0], 3)).astype(np.float32),
+           "cond": rng.normal(size=(b, 1)).astype(np.float32)}
+  traces = []
+  loss_fn = flow.make_loss_fn(MODEL)
+
+  @jax.jit
+  def step(p, batch, key):
+    traces.append(1)
+    return jax.value_and_grad(lambda q: loss_fn(q, batch, key)[0])(p)
+
+  for i in range(3):
+    loss, grads = step(params, batch, jax.random.PRNGKey(i))
+    assert np.isfinite(float(loss))
+  assert len(traces) == 1
+  assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
+
+
+def test_loss_is_the_cfm_error_per_real_node():
+  """A network that outputs zero has loss E|X1 - X0|^2 per node and channel = 1 + E X1^2."""
+  class Zero(hieragraphnet.HieraGraphNet):
+    def __call__(self, graph, t, x, cond):
+      return jnp.zeros_like(x)
+  *_, g = _graph()
+  p = graphs.pad(g, *graphs.padded_sizes(g))
+  b, n = 64, p.levels[0].nodes.shape[0]
+  x1 = np.full((b, n, 3), 2.0, np.float32)
+  batch = {"graph": graphs.broadcast(p, b), "x1": x1, "cond": np.zeros((b, 1), np.float32)}
+  loss, _ = flow.make_loss_fn(Zero())({}, batch, jax.random.PRNGKey(0))
+  assert abs(float(loss) - 5.0) < 0.1  # padding nodes would pull this toward 0
+
+
+def test_sampler_shapes_and_padding(params, padded):
+  out = flow.sample(MODEL, params, padded, jnp.array([0.1]), jax.random.PRNGKey(0),
+                    num_samples=5, num_steps=3)
+  assert out.shape == (5, padded.levels[0].nodes.shape[0], 3)
+  assert np.all(np.isfinite(out)) and np.all(np.asarray(out)[:, 160:] == 0)
+
+
+def test_standardizer_round_trip():
+  rng = np.random.default_rng(0)
+  states = rng.normal(3.0, 2.0, (10, 7, 3))
+  cond = rng.uniform(50, 150, (10, 1))
+  st = flow.Standardizer.fit(states, cond)
+  z = st.states(states)
+  np.testing.assert_allclose(z.reshape(-1, 3).mean(0), 0, atol=1e-5)
+  np.testing.assert_allclose(z.reshape(-1, 3).std(0), 1, atol=1e-5)
+  np.testing.assert_allclose(st.unstates(z), states, rtol=1e-5)
+  assert abs(float(st.cond(cond).std()) - 1) < 1e-5
+
+
+def test_condition_features_smooth():
+  f = hieragraphnet.condition_features(jnp.array([0.3]), 2)
+  np.testing.assert_allclose(f, [0.3, np.sin(0.3 * np.pi), np.sin(0.6 * np.pi),
+                                 np.cos(0.3 * np.pi), np.cos(0.6 * np.pi)], rtol=1e-6)
+
+
+def test_wasserstein1_matches_scipy():
+  rng = np.random.default_rng(0)
+  for m, s in ((20, 20), (13, 29), (50, 7)):
+    x, y = rng.normal(size=(m, 4)), rng.normal(0.5, 2.0, (s, 4))
+    ours = metrics.wasserstein1_1d(x, y)
+    ref = [scipy.stats.wasserstein_distance(x[:, j], y[:, j]) for j in range(4)]
+    np.testing.assert_allclose(ours, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_field_errors():
+  rng = np.random.default_rng(0)
+  ref = rng.normal(size=(200, 30, 3)) + np.linspace(0, 3, 30)[None, :, None]
+  e = metrics.field_errors(ref, ref)
+  assert e.mean_rel == 0 and e.std_rel == 0 and e.w1 == 0
+  shifted = metrics.field_errors(ref, ref + 0.5 * ref.std(axis=(0, 1)))
+  assert abs(shifted.w1 - 0.5) < 1e-9 and shifted.std_rel < 1e-12 and shifted.mean_rel > 0
+  wide = metrics.field_errors(ref, 2 * (ref - ref.mean(0)) + ref.mean(0))
+  assert abs(wide.std_rel - 1.0) < 1e-9 and wide.mean_rel < 1e-9
+  region = np.zeros(30, bool)
+  region[:5] = True
+  assert metrics.field_errors(ref, ref + 1.0, region).w1 > 0
+  with pytest.raises(ValueError, match="region"):
+    metrics.field_errors(ref, ref, np.zeros(30, bool))
+  with pytest.raises(ValueError, match="agree"):
+    metrics.field_errors(ref, ref[:, :10])
+
+
+def test_near_wake_region():
+  pos = np.array([[0.0, 0.0], [3.0, 0.5], [3.0, 2.0], [-2.0, 0.0], [8.0, 0.0]])
+  np.testing.assert_array_equal(metrics.near_wake_region(pos), [True, True, False, False, False])
