@@ -62,15 +62,21 @@ class Standardizer(NamedTuple):
     return (c - self.cond_mean) / self.cond_std
 
 
-def batched_field(model, params, graph: graphs_lib.MultiscaleGraph, shared_graph: bool
+def batched_field(model, params, graph: graphs_lib.MultiscaleGraph
                   ) -> Callable[[Array, Array, Array], Array]:
-  """(t (B,), x (B, N, C), cond (B, P)) -> v (B, N, C), zero on padding nodes."""
+  """(t (B,), x (B, N, C), cond (B, P)) -> v (B, N, C), zero on padding nodes.
+
+  `graph` is stacked over the batch (B, ...); the batch runs as one merged graph.
+  """
   mask = jnp.asarray(graphs_lib.node_mask(graph))[..., None]
+  merged = graphs_lib.merge(graph)
+  per_sample = graph.levels[0].n_node.shape[-1]  # graphs per padded sample (2)
 
   def field(t, x, cond):
-    out = jax.vmap(model.apply, in_axes=(None, None if shared_graph else 0, 0, 0, 0))(
-        params, graph, t, x, cond)
-    return out * mask.astype(out.dtype)
+    b, n = x.shape[:2]
+    out = model.apply(params, merged, jnp.repeat(t, per_sample),
+                      x.reshape((b * n,) + x.shape[2:]), jnp.repeat(cond, per_sample, axis=0))
+    return out.reshape(x.shape[:2] + out.shape[1:]) * mask.astype(out.dtype)
 
   return field
 
@@ -89,7 +95,7 @@ def make_loss_fn(model, *, t_max: float = 1.0) -> Callable:
     x0 = jax.random.normal(k0, x1.shape, x1.dtype) * mask
     x1 = x1 * mask
     t = jax.random.uniform(kt, x1.shape[:1], x1.dtype, 0.0, t_max)
-    field = batched_field(model, params, graph, shared_graph=False)
+    field = batched_field(model, params, graph)
     apply_fn = lambda p, t_, x_, c_: field(t_, x_, c_)
     loss = fm_losses.cfm_loss(apply_fn, params, x0, x1, t, cond, path="linear")
     per_node = loss / (jnp.mean(jnp.sum(mask, axis=(1, 2))) * x1.shape[-1])
@@ -109,6 +115,6 @@ def sample(model, params, graph: graphs_lib.MultiscaleGraph, cond: Array, key: A
   mask = jnp.asarray(graphs_lib.node_mask(graph))[None, :, None].astype(dtype)
   x0 = jax.random.normal(key, (num_samples, n, c), dtype) * mask
   conds = jnp.broadcast_to(jnp.asarray(cond, dtype), (num_samples,) + jnp.shape(cond))
-  field = batched_field(model, params, graph, shared_graph=True)
+  field = batched_field(model, params, graphs_lib.broadcast(graph, num_samples))
   vector_field = lambda t, x: field(jnp.broadcast_to(t, (num_samples,)), x, conds)
   return fm_sampling.sample_ode(vector_field, x0, num_steps=num_steps, solver=solver)

@@ -125,7 +125,12 @@ def pad(graph: MultiscaleGraph, n_node: Sequence[int], n_edge: Sequence[int]) ->
     if n_node[l] <= real_n or n_edge[l] < real_e:
       raise ValueError(f"level {l}: budget ({n_node[l]} nodes, {n_edge[l]} edges) must exceed "
                        f"the graph's {real_n} nodes and hold its {real_e} edges")
-    levels.append(jax.tree.map(np.asarray, jraph.pad_with_graphs(g, n_node[l], n_edge[l], 2)))
+    p = jraph.pad_with_graphs(g, n_node[l], n_edge[l], 2)
+    levels.append(p._replace(
+        nodes=np.asarray(p.nodes, np.float32), edges=np.asarray(p.edges, np.float32),
+        senders=np.asarray(p.senders, np.int32), receivers=np.asarray(p.receivers, np.int32),
+        n_node=np.asarray(p.n_node, np.int32), n_edge=np.asarray(p.n_edge, np.int32),
+        globals=np.asarray(p.globals, np.float32)))
   assign, cross = [], []
   for l, (a, c) in enumerate(zip(graph.assign, graph.cross)):
     extra = n_node[l] - len(a)
@@ -149,6 +154,32 @@ def stack(graphs: Sequence[MultiscaleGraph]) -> MultiscaleGraph:
   return jax.tree.map(lambda *xs: np.stack(xs), *graphs)
 
 
+def merge(stacked: MultiscaleGraph) -> MultiscaleGraph:
+  """One graph holding every sample of a stacked batch, as `jraph.batch` would build it.
+
+  Node and edge arrays (B, N_l, ...) become (B N_l, ...); the indices of sample b
+  (senders, receivers, assign) are offset by b N_l (or b N_{l+1}), and n_node/n_edge
+  list all B x 2 graphs (each sample's real graph, then its padding graph). Works on
+  traced arrays, so a model can run one gather/scatter per block over the whole batch.
+  """
+  b = stacked.levels[0].n_node.shape[0]
+  flat = lambda a: jnp.reshape(a, (-1,) + tuple(a.shape[2:]))
+  sizes = [lev.nodes.shape[1] for lev in stacked.levels]
+  levels = []
+  for lev, n in zip(stacked.levels, sizes):
+    offset = (jnp.arange(b, dtype=lev.senders.dtype) * n)[:, None]
+    levels.append(jraph.GraphsTuple(
+        nodes=flat(lev.nodes), edges=flat(lev.edges), senders=flat(lev.senders + offset),
+        receivers=flat(lev.receivers + offset), n_node=flat(lev.n_node),
+        n_edge=flat(lev.n_edge), globals=flat(lev.globals)))
+  assign = tuple(flat(a + (jnp.arange(b, dtype=a.dtype) * sizes[l + 1])[:, None])
+                 for l, a in enumerate(stacked.assign))
+  return MultiscaleGraph(tuple(levels), assign, tuple(flat(c) for c in stacked.cross))
+
+
 def broadcast(graph: MultiscaleGraph, batch_size: int) -> MultiscaleGraph:
   """The same graph repeated along a new leading axis (a batch on one mesh)."""
-  return jax.tree.map(lambda x: np.broadcast_to(x, (batch_size,) + np.shape(x)), graph)
+  def rep(x):
+    xp = np if isinstance(x, np.ndarray) else jnp  # host arrays stay on the host
+    return xp.broadcast_to(x, (batch_size,) + tuple(x.shape))
+  return jax.tree.map(rep, graph)

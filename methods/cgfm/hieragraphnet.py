@@ -17,8 +17,10 @@ smooth in c and interpolates between the conditions seen in training), a(i) the
 pooling map and d the cross-level displacement features. With a single level the
 network is a MeshGraphNet with B conditioned blocks (the single-level baseline).
 
-`apply(params, graph, t, x, cond)` takes one sample: a (padded) MultiscaleGraph, a
-scalar t, node states x (N_0, C) and cond (P,); vmap it over a batch.
+`apply(params, graph, t, x, cond)` takes a (padded) MultiscaleGraph with G graphs,
+node states x (N_0, C), and t () or (G,) and cond (P,) or (G, P) per graph: one
+sample (G = 2 after `graphs.pad`: the mesh and its padding graph), or a whole batch
+merged into one graph by `graphs.merge` (G = 2B), which is how `flow` runs it.
 """
 
 from __future__ import annotations
@@ -63,10 +65,15 @@ class HieraGraphNet(nn.Module):
     if x.ndim != 2 or x.shape[0] != levels[0].nodes.shape[0]:
       raise ValueError(f"x must have shape (N_0={levels[0].nodes.shape[0]}, C), got {x.shape}")
     dtype = x.dtype
-    t = jnp.reshape(jnp.asarray(t, dtype), (1,))
-    e = jnp.concatenate([time_features(t)[0],
-                         condition_features(jnp.asarray(cond, dtype), self.cond_frequencies)])
-    e = LayerNormMLP(self.latent, self.latent, self.num_layers, name="cond_encoder")(e)
+    n_graph = levels[0].n_node.shape[0]
+    t = jnp.broadcast_to(jnp.asarray(t, dtype), (n_graph,))
+    cond = jnp.asarray(cond, dtype)
+    cond = jnp.broadcast_to(cond, (n_graph, cond.shape[-1]))
+    psi = jax.vmap(lambda c: condition_features(c, self.cond_frequencies))(cond)
+    e = LayerNormMLP(self.latent, self.latent, self.num_layers, name="cond_encoder")(
+        jnp.concatenate([time_features(t), psi], axis=-1))  # (G, latent)
+    per_node = lambda l: jnp.repeat(e, levels[l].n_node, axis=0,
+                                    total_repeat_length=levels[l].nodes.shape[0])
     mlp = lambda name: LayerNormMLP(self.latent, self.latent, self.num_layers, name=name)
 
     h, graphs = [], []
@@ -75,9 +82,8 @@ class HieraGraphNet(nn.Module):
       if l == 0:
         feats = jnp.concatenate([x, feats], axis=-1)
       h.append(mlp(f"node_encoder_{l}")(feats))
-      n_graph = g.n_node.shape[0]
       graphs.append(g._replace(edges=mlp(f"edge_encoder_{l}")(g.edges.astype(dtype)),
-                               globals=jnp.broadcast_to(e, (n_graph, self.latent))))
+                               globals=e))
 
     def process(l: int, stage: str):
       g = graphs[l]._replace(nodes=h[l])
@@ -90,18 +96,16 @@ class HieraGraphNet(nn.Module):
       process(l, "down")
       if l < num_levels - 1:
         a, d = graph.assign[l], graph.cross[l].astype(dtype)
-        ef = jnp.broadcast_to(e, (h[l].shape[0], self.latent))
-        msg = mlp(f"pool_message_{l}")(jnp.concatenate([h[l], d, ef], -1))
+        msg = mlp(f"pool_message_{l}")(jnp.concatenate([h[l], d, per_node(l)], -1))
         n_coarse = h[l + 1].shape[0]
         total = jax.ops.segment_sum(msg, a, n_coarse)
         count = jax.ops.segment_sum(jnp.ones((a.shape[0], 1), dtype), a, n_coarse)
-        ec = jnp.broadcast_to(e, (n_coarse, self.latent))
         h[l + 1] = h[l + 1] + mlp(f"pool_update_{l}")(
-            jnp.concatenate([h[l + 1], total / jnp.maximum(count, 1.0), ec], -1))
+            jnp.concatenate([h[l + 1], total / jnp.maximum(count, 1.0), per_node(l + 1)], -1))
     for l in range(num_levels - 2, -1, -1):
       a, d = graph.assign[l], graph.cross[l].astype(dtype)
-      ef = jnp.broadcast_to(e, (h[l].shape[0], self.latent))
-      h[l] = h[l] + mlp(f"unpool_{l}")(jnp.concatenate([h[l], h[l + 1][a], d, ef], -1))
+      h[l] = h[l] + mlp(f"unpool_{l}")(
+          jnp.concatenate([h[l], h[l + 1][a], d, per_node(l)], -1))
       process(l, "up")
 
     return LayerNormMLP(self.latent, self.out_dim, self.num_layers, layer_norm=False,

@@ -237,3 +237,62 @@ def test_field_errors():
 def test_near_wake_region():
   pos = np.array([[0.0, 0.0], [3.0, 0.5], [3.0, 2.0], [-2.0, 0.0], [8.0, 0.0]])
   np.testing.assert_array_equal(metrics.near_wake_region(pos), [True, True, False, False, False])
+
+
+def test_merged_batch_equals_per_sample(params, padded):
+  """The batch runs as one merged graph (jraph.batch style); each sample is unchanged."""
+  b, n = 3, padded.levels[0].nodes.shape[0]
+  rng = np.random.default_rng(2)
+  x = rng.normal(size=(b, n, 3)).astype(np.float32)
+  t = np.array([0.1, 0.5, 0.9], np.float32)
+  cond = rng.normal(size=(b, 1)).astype(np.float32)
+  field = flow.batched_field(MODEL, params, graphs.broadcast(padded, b))
+  out = np.asarray(field(jnp.asarray(t), jnp.asarray(x), jnp.asarray(cond)))
+  for i in range(b):
+    ref = np.asarray(MODEL.apply(params, padded, t[i], x[i], cond[i]))
+    np.testing.assert_allclose(out[i, :160], ref[:160], atol=2e-5)
+  assert np.all(out[:, 160:] == 0)
+
+
+_DATA_PARALLEL = r"""
+import jax, jax.numpy as jnp, numpy as np
+from common import sharding
+from methods.cgfm import coarsening, flow, graphs, hieragraphnet
+from scipy.spatial import Delaunay
+assert jax.device_count() == 4
+rng = np.random.default_rng(0)
+pos = rng.uniform(-1, 1, (120, 2))
+tri = Delaunay(pos).simplices
+e = np.unique(np.sort(np.concatenate([tri[:, [0, 1]], tri[:, [1, 2]], tri[:, [2, 0]]]), 1), axis=0)
+s, r = np.concatenate([e[:, 0], e[:, 1]]), np.concatenate([e[:, 1], e[:, 0]])
+g = graphs.build(pos, s, r, pos.astype(np.float32),
+                 coarsening.build_hierarchy(pos, s, r, ratios=(0.3,)))
+g = graphs.pad(g, *graphs.padded_sizes(g))
+model = hieragraphnet.HieraGraphNet(latent=16, blocks_per_level=1, num_layers=1)
+n = g.levels[0].nodes.shape[0]
+params = model.init(jax.random.PRNGKey(0), g, 0.0, jnp.zeros((n, 3)), jnp.zeros(1))
+batch = {"graph": graphs.broadcast(g, 8), "x1": rng.normal(size=(8, n, 3)).astype(np.float32),
+         "cond": rng.normal(size=(8, 1)).astype(np.float32)}
+loss_fn = jax.jit(jax.value_and_grad(lambda p, b: flow.make_loss_fn(model)(p, b, jax.random.PRNGKey(3))[0]))
+ref, gref = loss_fn(params, batch)
+placed = sharding.shard_batch(batch, sharding.make_mesh())
+assert len(placed["x1"].sharding.device_set) == 4
+out, gout = loss_fn(params, placed)
+np.testing.assert_allclose(out, ref, rtol=1e-5)
+for a, b in zip(jax.tree.leaves(gout), jax.tree.leaves(gref)):
+  np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+print("OK")
+"""
+
+
+def test_loss_is_data_parallel_over_fake_devices():
+  """The same loss and gradients with the batch split over 4 (fake CPU) devices."""
+  import os
+  import subprocess
+  import sys
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+             JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", _DATA_PARALLEL], env=env, capture_output=True,
+                        text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(
+                            os.path.dirname(os.path.abspath(__file__)))))
+  assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]

@@ -1,0 +1,422 @@
+"""Benchmark: the CGFM vector-field network's training step, ours (JAX) vs a PyTorch peer.
+
+  python -m experiments.benchmarks.cgfm [--num_points=400] [--large_points=2000]
+      [--batch_size=8] [--repeats=5] [--steps=10] [--seed=0] [--torch_threads=0]
+
+(torch is a benchmark-only dependency, installed by ``make bench``; nothing at run time
+imports it.) Figures go to docs/benchmarks.md.
+
+What one training step is, on both sides: a batch of B random states x1 (B, N, 3) and
+conditions c (B, 1) on one real mesh (``lbm.make_geometry`` + ``fluid_meshes.make_mesh``
+with the quick preset's geometry and mesh seed; no simulation, random states are enough
+for timing), x0 ~ N(0, I), t ~ U(0, 1) drawn inside the step, x_t = (1 - t) x0 + t x1,
+the mean squared error of v(t, x_t, c) against x1 - x0 over the real nodes and
+channels, its gradient and one Adam(lr 1e-3) update.
+
+* ours: ``jax.jit`` of ``jax.value_and_grad(methods.cgfm.make_loss_fn(model))`` plus
+  ``optax.adam``, params and optimizer state donated, compiled once (untimed) and timed
+  with ``jax.block_until_ready``; the graph is padded (``graphs.pad``) and the batch
+  merged into one graph (``graphs.merge``), as ``experiments/cgfm.py`` trains it. Two
+  models: (a) the single-level network (``make_model(None, config)``: a MeshGraphNet
+  with B (2L - 1) conditioned blocks) and (b) the 3-level HieraGraphNet on the aware
+  hierarchy (``make_model("aware", config)``).
+* torch: a re-implementation of (a) in ``torch.nn``, eager, float32, with the same
+  equations and widths: the conditioning e = LNMLP([phi(t), psi(c)]) per graph,
+  node encoder LNMLP([x, static features]), edge encoder LNMLP([dx, dy, |d|]/s), blocks
+  e' = e + LNMLP_e([e, h_s, h_r, g]), h' = h + LNMLP_v([h, sum_in e', g]) (gather with
+  indexing, aggregation with ``index_add_``), decoder MLP without LayerNorm; GELU (tanh
+  form, as ``flax.linen.gelu``), LayerNorm eps 1e-6 (flax's); B graphs merged into one
+  with offset indices; ``torch.optim.Adam(lr=1e-3)`` (torch's default implementation).
+  ``torch.set_num_threads`` is the number of cores JAX can use (the process's CPU
+  affinity) unless ``--torch_threads`` says otherwise: on a loaded machine torch's
+  intra-op pool degrades badly once an op is big enough to run in parallel (threads
+  wait for descheduled siblings; seen as a 30x jump from 150 to 300 nodes on a busy
+  2-core machine), so measure on an idle one, or compare with ``--torch_threads=1``. The peer is checked: its parameter count must equal ours, and after
+  loading our initial parameters its field on the same (t, x_t, c) must match ours.
+
+Per configuration (quick-preset mesh size ``num_points`` and ``large_points``) it
+prints the median step time (ms) of ``repeats`` blocks of ``steps`` steps each, the
+speed-up torch / ours (> 1: ours is faster), the cost of the hierarchy (hierarchical /
+single-level step time, both ours) and memory: for ours the compiled step's
+``memory_analysis()`` (temp + argument bytes), and for every side the peak RSS of its
+process minus its RSS just before building the model (for JAX that includes the XLA
+compiler's own memory, so compare JAX's compiled figure with torch's RSS delta only
+roughly). Each (side, model, size) runs in its own freshly spawned process. The peer
+runs on the unpadded graph (it needs no static shapes); ours runs on the padded one
+(sizes rounded up to a multiple of 32 per sample), a cost of ``jit`` that is counted.
+A markdown table for docs/benchmarks.md comes last.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib.util
+import multiprocessing
+import os
+import platform
+import resource
+import sys
+import time
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from common import config as config_lib
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("num_points", None, "Mesh nodes (target) of the small configuration "
+                     "(default: the quick preset's).")
+flags.DEFINE_integer("large_points", 2000, "Mesh nodes (target) of the large configuration.")
+flags.DEFINE_integer("batch_size", None, "Graphs per batch (default: the quick preset's).")
+flags.DEFINE_integer("repeats", 5, "Timed blocks per measurement (the median is reported).")
+flags.DEFINE_integer("steps", 10, "Training steps per timed block.")
+flags.DEFINE_integer("seed", 0, "Seed of the states, conditions and parameters.")
+flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads for the peer (0: the cores "
+                     "JAX can use, the default and the fair setting on an idle machine).")
+
+LEARNING_RATE = 1e-3
+NUM_CHANNELS = 3
+
+
+def num_cores() -> int:
+  """Cores this process may run on: what XLA:CPU's thread pool uses."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # not Linux
+    return os.cpu_count() or 1
+
+
+def base_config(num_points: int):
+  from experiments.configs import cgfm as config_module
+  config = config_module.get_config("quick")
+  config.num_points = int(num_points)
+  if FLAGS.batch_size is not None:
+    config.batch_size = FLAGS.batch_size
+  return config
+
+
+def make_problem(config, seed: int) -> dict:
+  """The mesh, its single-level graph (real, unpadded) and random states and conditions."""
+  from common.data import fluid_meshes
+  from common.data import lbm
+  from experiments import cgfm as exp
+  from methods.cgfm import graphs as graphs_lib
+
+  geometry = lbm.make_geometry(config.nx, config.ny, "cylinder", diameter=config.diameter)
+  mesh = fluid_meshes.make_mesh(geometry, config.num_points, seed=config.mesh_seed)
+  real = graphs_lib.build(mesh.pos, mesh.senders, mesh.receivers, exp.node_features(mesh))
+  rng = np.random.default_rng(seed)
+  n = len(mesh.pos)
+  return {"mesh": mesh, "nodes": real.levels[0].nodes, "edges": real.levels[0].edges,
+          "senders": real.levels[0].senders, "receivers": real.levels[0].receivers,
+          "x1": rng.standard_normal((config.batch_size, n, NUM_CHANNELS)).astype(np.float32),
+          "cond": rng.standard_normal((config.batch_size, 1)).astype(np.float32)}
+
+
+def _rss_kib() -> int:
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+
+
+# ----------------------------------------------------------------------------- ours
+def run_ours(kind: str, num_points: int, seed: int, repeats: int, steps: int,
+             flag_values: dict) -> dict:
+  """Times our jitted training step of the 'single' or 'hier' model (in a fresh process)."""
+  FLAGS(["cgfm"] + [f"--{k}={v}" for k, v in flag_values.items() if v is not None])
+  import jax
+  import jax.numpy as jnp
+  import optax
+  from experiments import cgfm as exp
+  from methods import cgfm
+  from methods.cgfm import flow as cgfm_flow
+  from methods.cgfm import graphs as graphs_lib
+
+  config = base_config(num_points)
+  prob = make_problem(config, seed)
+  method = "aware" if kind == "hier" else None
+  graph = exp.build_graph(prob["mesh"], method, config)
+  model = exp.make_model(method, config)
+  n_real, n_pad = prob["x1"].shape[1], graph.levels[0].nodes.shape[0]
+  x1 = np.zeros((config.batch_size, n_pad, NUM_CHANNELS), np.float32)
+  x1[:, :n_real] = prob["x1"]
+  batch = jax.device_put({"graph": graphs_lib.broadcast(graph, config.batch_size),
+                          "x1": x1, "cond": prob["cond"]})
+  rss0 = _rss_kib()
+  params = model.init(jax.random.PRNGKey(seed), graph, 0.0,
+                      jnp.zeros((n_pad, NUM_CHANNELS)), jnp.zeros(1))
+  init_params = jax.device_get(params)
+  optimizer = optax.adam(LEARNING_RATE)
+  opt_state = optimizer.init(params)
+  loss_fn = cgfm.make_loss_fn(model)
+
+  def step(params, opt_state, batch, key):
+    key, sub = jax.random.split(key)
+    (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, sub)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, key, loss
+
+  key = jax.random.PRNGKey(seed + 1)
+  t0 = time.perf_counter()
+  compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, opt_state, batch, key).compile()
+  compile_s = time.perf_counter() - t0
+  mem = None
+  try:
+    ma = compiled.memory_analysis()
+    mem = int(ma.temp_size_in_bytes + ma.argument_size_in_bytes)
+  except Exception:  # pylint: disable=broad-except  # not every backend reports it
+    pass
+  params, opt_state, key, loss = compiled(params, opt_state, batch, key)  # warm-up
+  jax.block_until_ready(loss)
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    for _ in range(steps):
+      params, opt_state, key, loss = compiled(params, opt_state, batch, key)
+    jax.block_until_ready((params, loss))
+    times.append((time.perf_counter() - start) / steps)
+  out = {"times": times, "rss_kib": _rss_kib() - rss0, "compiled_bytes": mem,
+         "compile_s": compile_s, "loss": float(loss), "n_real": n_real,
+         "n_pad": n_pad, "edges_real": len(prob["senders"]),
+         "edges_pad": int(graph.levels[0].senders.shape[0]),
+         "levels": [int(np.sum(g.n_node[:1])) for g in graph.levels],
+         "num_params": int(sum(np.size(p) for p in jax.tree.leaves(init_params))),
+         "versions": {"jax": jax.__version__, "backend": jax.default_backend()}}
+  if kind == "single":
+    # A fixed (t, x_t, c) and our field on it, for the peer's equivalence check.
+    rng = np.random.default_rng(seed + 2)
+    t = rng.random(config.batch_size).astype(np.float32)
+    xt = np.zeros_like(x1)
+    xt[:, :n_real] = rng.standard_normal((config.batch_size, n_real, NUM_CHANNELS))
+    field = cgfm_flow.batched_field(model, init_params, batch["graph"])
+    v = np.asarray(jax.jit(field)(jnp.asarray(t), jnp.asarray(xt), batch["cond"]))
+    out["check"] = {"params": init_params, "t": t, "xt": xt[:, :n_real],
+                    "v": v[:, :n_real]}
+  return out
+
+
+# ----------------------------------------------------------------------------- torch
+def run_torch(num_points: int, seed: int, repeats: int, steps: int, threads: int,
+              check: dict, flag_values: dict) -> dict:
+  """Times the PyTorch peer of the single-level network (in a fresh process)."""
+  FLAGS(["cgfm"] + [f"--{k}={v}" for k, v in flag_values.items() if v is not None])
+  import torch
+  from torch import nn
+  from experiments import cgfm as exp
+  from methods.cgfm import baselines
+
+  torch.set_num_threads(threads)
+  torch.manual_seed(seed)
+  config = base_config(num_points)
+  prob = make_problem(config, seed)
+  latent, layers = config.latent, config.mlp_layers
+  num_blocks = baselines.single_level_blocks(config.blocks_per_level,
+                                             len(config.coarsening_ratios) + 1)
+  model_ref = exp.make_model(None, config)
+  freqs = model_ref.cond_frequencies
+
+  class LNMLP(nn.Module):
+    """common.models.gnn.LayerNormMLP: GELU hidden layers, linear output, LayerNorm."""
+
+    def __init__(self, d_in, out, layer_norm=True):
+      super().__init__()
+      widths = [d_in] + [latent] * layers + [out]
+      self.dense = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+      self.norm = nn.LayerNorm(out, eps=1e-6) if layer_norm else None
+
+    def forward(self, x):
+      for i, lin in enumerate(self.dense):
+        x = lin(x)
+        if i < len(self.dense) - 1:
+          x = nn.functional.gelu(x, approximate="tanh")
+      return self.norm(x) if self.norm is not None else x
+
+  class Block(nn.Module):
+    """common.models.gnn.InteractionBlock."""
+
+    def __init__(self):
+      super().__init__()
+      self.edge = LNMLP(4 * latent, latent)
+      self.node = LNMLP(3 * latent, latent)
+
+    def forward(self, h, e, g_node, g_edge, senders, receivers):
+      e = e + self.edge(torch.cat([e, h[senders], h[receivers], g_edge], -1))
+      agg = torch.zeros_like(h).index_add_(0, receivers, e)
+      return h + self.node(torch.cat([h, agg, g_node], -1)), e
+
+  num_time = 9  # methods.flow_matching.networks.time_features: [t, sin, cos] x 4
+  num_cond = 1 + 2 * freqs  # psi(c) for P = 1
+
+  class Net(nn.Module):
+    """HieraGraphNet with one level (names as in the flax parameter tree)."""
+
+    def __init__(self):
+      super().__init__()
+      self.cond_encoder = LNMLP(num_time + num_cond, latent)
+      self.node_encoder_0 = LNMLP(NUM_CHANNELS + prob["nodes"].shape[1], latent)
+      self.edge_encoder_0 = LNMLP(prob["edges"].shape[1], latent)
+      self.blocks = nn.ModuleList(Block() for _ in range(num_blocks))
+      self.decoder = LNMLP(latent, NUM_CHANNELS, layer_norm=False)
+
+    def forward(self, t, x, cond, nodes, edges, senders, receivers, node_graph, edge_graph):
+      k = torch.arange(1, 5, dtype=t.dtype)
+      ang = 2 * torch.pi * t[:, None] * k
+      phi = torch.cat([t[:, None], torch.sin(ang), torch.cos(ang)], -1)
+      ang = (torch.pi * cond[:, :, None] * torch.arange(1, freqs + 1, dtype=t.dtype)
+             ).reshape(cond.shape[0], -1)
+      psi = torch.cat([cond, torch.sin(ang), torch.cos(ang)], -1)
+      g = self.cond_encoder(torch.cat([phi, psi], -1))
+      g_node, g_edge = g[node_graph], g[edge_graph]
+      h = self.node_encoder_0(torch.cat([x, nodes], -1))
+      e = self.edge_encoder_0(edges)
+      for block in self.blocks:
+        h, e = block(h, e, g_node, g_edge, senders, receivers)
+      return self.decoder(h)
+
+  # The batch as one merged graph: sample b's indices offset by b N.
+  b, n = prob["x1"].shape[:2]
+  n_edge = len(prob["senders"])
+  offset = lambda idx: torch.from_numpy(
+      (np.asarray(idx, np.int64)[None, :] + n * np.arange(b)[:, None]).ravel())
+  graph = dict(nodes=torch.from_numpy(np.tile(prob["nodes"], (b, 1))),
+               edges=torch.from_numpy(np.tile(prob["edges"], (b, 1))),
+               senders=offset(prob["senders"]), receivers=offset(prob["receivers"]),
+               node_graph=torch.arange(b).repeat_interleave(n),
+               edge_graph=torch.arange(b).repeat_interleave(n_edge))
+  x1, cond = torch.from_numpy(prob["x1"]), torch.from_numpy(prob["cond"])
+
+  rss0 = _rss_kib()
+  net = Net()
+  opt = torch.optim.Adam(net.parameters(), lr=LEARNING_RATE)
+
+  def step():
+    opt.zero_grad(set_to_none=True)
+    x0 = torch.randn_like(x1)
+    t = torch.rand(b)
+    xt = (1 - t)[:, None, None] * x0 + t[:, None, None] * x1
+    v = net(t, xt.reshape(b * n, NUM_CHANNELS), cond, **graph).reshape(b, n, NUM_CHANNELS)
+    loss = torch.mean((v - (x1 - x0)) ** 2)
+    loss.backward()
+    opt.step()
+    return loss
+
+  loss = step()  # warm-up
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    for _ in range(steps):
+      loss = step()
+    times.append((time.perf_counter() - start) / steps)
+  rss = _rss_kib() - rss0
+  num_params = sum(p.numel() for p in net.parameters())
+
+  # Equivalence: load our initial parameters and compare the fields.
+  def load(module, tree):
+    for i, lin in enumerate(module.dense):
+      dense = tree["mlp"][f"dense_{i}"]
+      lin.weight.data = torch.from_numpy(np.array(dense["kernel"], np.float32).T.copy())
+      lin.bias.data = torch.from_numpy(np.array(dense["bias"], np.float32))
+    if module.norm is not None:
+      module.norm.weight.data = torch.from_numpy(np.array(tree["norm"]["scale"], np.float32))
+      module.norm.bias.data = torch.from_numpy(np.array(tree["norm"]["bias"], np.float32))
+
+  p = check["params"]["params"]
+  for name in ("cond_encoder", "node_encoder_0", "edge_encoder_0", "decoder"):
+    load(getattr(net, name), p[name])
+  for i, block in enumerate(net.blocks):
+    load(block.edge, p[f"down_0_block_{i}"]["edge"])
+    load(block.node, p[f"down_0_block_{i}"]["node"])
+  with torch.no_grad():
+    v = net(torch.from_numpy(check["t"]),
+            torch.from_numpy(np.ascontiguousarray(check["xt"])).reshape(b * n, NUM_CHANNELS),
+            cond, **graph).reshape(b, n, NUM_CHANNELS).numpy()
+  return {"times": times, "rss_kib": rss, "loss": loss.item(), "num_params": num_params,
+          "max_field_diff": float(np.max(np.abs(v - check["v"]))),
+          "field_scale": float(np.max(np.abs(check["v"]))),
+          "versions": {"torch": torch.__version__, "threads": torch.get_num_threads()}}
+
+
+# ----------------------------------------------------------------------------- driver
+def run_isolated(fn, *args):
+  """``fn(*args)`` in a freshly spawned process (clean memory peak, no shared pools)."""
+  ctx = multiprocessing.get_context("spawn")
+  with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+    return pool.submit(fn, *args).result()
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  rest = config_lib.parse_flags_or_die(FLAGS, argv)
+  for name, minimum in (("num_points", 40), ("large_points", 40), ("batch_size", 1),
+                        ("repeats", 1), ("steps", 1)):
+    value = getattr(FLAGS, name)
+    if value is not None and value < minimum:
+      config_lib.die(f"--{name} must be >= {minimum}, got {value}")
+  return rest
+
+
+def _ms(times) -> str:
+  t = 1e3 * np.asarray(times)
+  return f"{np.median(t):.1f} [{t.min():.1f}-{t.max():.1f}]"
+
+
+def _mib(num_bytes) -> str:
+  return "n/a" if num_bytes is None else f"{num_bytes / 2**20:.1f}"
+
+
+def main(argv):
+  del argv
+  if importlib.util.find_spec("torch") is None:
+    config_lib.die("torch is not installed; run `make bench` (installs the bench extra) "
+                   "to run this benchmark")
+  flag_values = {"batch_size": FLAGS.batch_size}
+  from experiments.configs import cgfm as config_module
+  small = FLAGS.num_points or config_module.get_config("quick").num_points
+  config = base_config(small)
+  threads = FLAGS.torch_threads or num_cores()
+  sizes = [small] + ([FLAGS.large_points] if FLAGS.large_points != small else [])
+  rows, notes = [], []
+  for num_points in sizes:
+    args = (num_points, FLAGS.seed, FLAGS.repeats, FLAGS.steps)
+    print(f"num_points={num_points}: ours single-level ...", file=sys.stderr, flush=True)
+    single = run_isolated(run_ours, "single", *args, flag_values)
+    print(f"num_points={num_points}: ours hierarchical ...", file=sys.stderr, flush=True)
+    hier = run_isolated(run_ours, "hier", *args, flag_values)
+    print(f"num_points={num_points}: torch single-level ...", file=sys.stderr, flush=True)
+    peer = run_isolated(run_torch, *args, threads, single.pop("check"), flag_values)
+    if peer["num_params"] != single["num_params"]:
+      notes.append(f"num_points={num_points}: PARAMETER COUNTS DIFFER: ours "
+                   f"{single['num_params']}, torch {peer['num_params']}")
+    ts, th, tp = (np.median(r["times"]) for r in (single, hier, peer))
+    rows.append(
+        f"| {single['n_real']} nodes / {single['edges_real']} edges "
+        f"(padded {single['n_pad']} / {single['edges_pad']}), levels {hier['levels']} "
+        f"| {_ms(single['times'])} | {_ms(peer['times'])} | {tp / ts:.2f} "
+        f"| {_ms(hier['times'])} | {th / ts:.2f} "
+        f"| {_mib(single['compiled_bytes'])} / {_mib(hier['compiled_bytes'])} "
+        f"| {single['rss_kib'] / 1024:.0f} / {hier['rss_kib'] / 1024:.0f} "
+        f"/ {peer['rss_kib'] / 1024:.0f} |")
+    notes.append(
+        f"num_points={num_points}: params ours {single['num_params']} / torch "
+        f"{peer['num_params']} (hierarchical {hier['num_params']}); field check max "
+        f"|v_ours - v_torch| = {peer['max_field_diff']:.2e} (max |v| "
+        f"{peer['field_scale']:.2f}); final loss ours {single['loss']:.3f}, torch "
+        f"{peer['loss']:.3f}; compile s: single {single['compile_s']:.1f}, hierarchical "
+        f"{hier['compile_s']:.1f}")
+  v = {**single["versions"], **peer["versions"]}
+  print(f"load average {os.getloadavg()}; python {platform.python_version()}, jax {v['jax']} "
+        f"({v['backend']}, {threads} cores), torch {v['torch']} ({v['threads']} threads, "
+        f"eager); latent {config.latent}, mlp_layers {config.mlp_layers}, "
+        f"blocks_per_level {config.blocks_per_level} (single-level: "
+        f"{len(config.coarsening_ratios) * 2 + 1} x that), coarsening_ratios "
+        f"{tuple(config.coarsening_ratios)}, batch {config.batch_size}, float32; "
+        f"median [min-max] of {FLAGS.repeats} blocks of {FLAGS.steps} steps")
+  print("\n".join(notes))
+  print()
+  print("| mesh | ours single-level ms/step | torch single-level ms/step | torch / ours "
+        "| ours hierarchical ms/step | hierarchical / single | ours compiled MiB "
+        "(single / hier) | peak RSS delta MiB (single / hier / torch) |")
+  print("|---|---:|---:|---:|---:|---:|---:|---:|")
+  print("\n".join(rows))
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=parse_flags)
