@@ -134,7 +134,7 @@ def run_ours(kind: str, num_points: int, seed: int, repeats: int, steps: int,
   config = base_config(num_points)
   prob = make_problem(config, seed)
   method = "aware" if kind == "hier" else None
-  graph = exp.build_graph(prob["mesh"], method, config)
+  graph = exp.build_graph(prob["mesh"], method, config, seed)
   model = exp.make_model(method, config)
   n_real, n_pad = prob["x1"].shape[1], graph.levels[0].nodes.shape[0]
   x1 = np.zeros((config.batch_size, n_pad, NUM_CHANNELS), np.float32)
