@@ -61,19 +61,29 @@ def load_or_simulate(config, workdir: str) -> fluid_meshes.FlowDataset:
   """The data set: the user's npz, or the simulation cached under workdir/data."""
   if config.data_path:
     return fluid_meshes.load_npz(config.data_path)
-  fingerprint = trials_lib.config_fingerprint({k: config[k] for k in DATA_KEYS}, exclude=())
-  path = os.path.join(workdir, "data", f"flow-{fingerprint}.npz")
+  return _cached_simulation(config, workdir, "flow",
+                            tuple(config.train_reynolds) + tuple(config.heldout_reynolds))
+
+
+def _cached_simulation(config, workdir: str, prefix: str, reynolds, **overrides
+                       ) -> fluid_meshes.FlowDataset:
+  """``generate_cylinder_flow`` at ``reynolds`` with the config's data keys, some replaced
+  by ``overrides``; cached as ``workdir/data/<prefix>-<fingerprint of those keys>.npz``."""
+  keys = {k: config[k] for k in DATA_KEYS}
+  keys.update(overrides)
+  fingerprint = trials_lib.config_fingerprint(keys, exclude=())
+  path = os.path.join(workdir, "data", f"{prefix}-{fingerprint}.npz")
   if os.path.exists(path):
     return fluid_meshes.load_npz(path)
-  reynolds = tuple(config.train_reynolds) + tuple(config.heldout_reynolds)
   start = time.time()
   data = fluid_meshes.generate_cylinder_flow(
-      reynolds, nx=config.nx, ny=config.ny, diameter=config.diameter,
-      num_points=config.num_points, spinup_steps=config.spinup_steps,
-      windows=config.windows, window_length=config.window_length,
-      record_every=config.record_every, window_gap=config.window_gap, seed=config.mesh_seed)
-  logging.info("simulated %d conditions in %.1f s", len(reynolds), time.time() - start)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
+      reynolds, nx=keys["nx"], ny=keys["ny"], diameter=keys["diameter"],
+      num_points=keys["num_points"], spinup_steps=keys["spinup_steps"],
+      windows=keys["windows"], window_length=keys["window_length"],
+      record_every=keys["record_every"], window_gap=keys["window_gap"],
+      seed=keys["mesh_seed"])
+  logging.info("simulated %d conditions (%s) in %.1f s", len(reynolds), prefix,
+               time.time() - start)
   fluid_meshes.save_npz(path, data)
   return data
 
@@ -171,7 +181,14 @@ def _sample(model, params, graph, cond, key, *, num_samples, num_steps):
                      num_steps=num_steps)
 
 
-def evaluate(model, params, graph, data, standardizer, conditions, config, region, key):
+def _errors(ref, gen, region, scale) -> dict:
+  """{"all"|"wake": FieldErrors} of samples ``gen`` against the reference states ``ref``."""
+  return {"all": cgfm.field_errors(ref, gen, scale=scale),
+          "wake": cgfm.field_errors(ref, gen, region, scale=scale)}
+
+
+def evaluate(model, params, graph, data, standardizer, conditions, config, region, scale,
+             key):
   """{reynolds: {"all"|"wake": FieldErrors}, "samples": {reynolds: (S, N, 3)}} per condition."""
   n = data.states.shape[1]
   out, samples = {}, {}
@@ -181,9 +198,7 @@ def evaluate(model, params, graph, data, standardizer, conditions, config, regio
                 jax.random.fold_in(key, i), num_samples=config.eval_samples,
                 num_steps=config.ode_steps)
     gen = standardizer.unstates(np.asarray(z)[:, :n])
-    scale = data.states.reshape(-1, 3).std(0)
-    out[float(r)] = {"all": cgfm.field_errors(ref, gen, scale=scale),
-                     "wake": cgfm.field_errors(ref, gen, region, scale=scale)}
+    out[float(r)] = _errors(ref, gen, region, scale)
     samples[float(r)] = gen
   return out, samples
 
@@ -199,41 +214,25 @@ def oracle_states(config, workdir: str, mesh: fluid_meshes.FlowMesh) -> np.ndarr
   """
   if config.data_path:
     return None
-  keys = {k: config[k] for k in DATA_KEYS + ("eval_samples",)}
-  path = os.path.join(workdir, "data", f"oracle-{trials_lib.config_fingerprint(keys)}.npz")
-  if os.path.exists(path):
-    with np.load(path) as f:
-      return f["states"]
-  spacing = config.window_gap + config.record_every
   recorded = config.windows * (config.window_length * config.record_every + config.window_gap)
-  flow = fluid_meshes.generate_cylinder_flow(
-      config.heldout_reynolds, nx=config.nx, ny=config.ny, diameter=config.diameter,
-      num_points=config.num_points, spinup_steps=config.spinup_steps + recorded,
-      windows=config.eval_samples, window_length=1, record_every=spacing, window_gap=0,
-      seed=config.mesh_seed)
+  flow = _cached_simulation(
+      config, workdir, "oracle", tuple(config.heldout_reynolds),
+      spinup_steps=config.spinup_steps + recorded, windows=config.eval_samples,
+      window_length=1, record_every=config.window_gap + config.record_every, window_gap=0)
   if not np.array_equal(flow.mesh.pos, mesh.pos):
     raise RuntimeError("the oracle run built a different mesh from the data's")
-  states = flow.states.reshape((len(config.heldout_reynolds), config.eval_samples)
-                               + flow.states.shape[1:])
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = path + ".tmp.npz"
-  np.savez(tmp, states=states)
-  os.replace(tmp, path)
-  return states
+  return flow.states.reshape((len(config.heldout_reynolds), config.eval_samples)
+                             + flow.states.shape[1:])
 
 
-def sampling_floor(data, oracle: np.ndarray | None, conditions, region) -> dict:
+def sampling_floor(data, oracle: np.ndarray | None, conditions, region, scale) -> dict:
   """{"all"|"wake": {metric: value}}: the oracle's errors, averaged over conditions."""
   if oracle is None:
     return {}
-  scale = data.states.reshape(-1, 3).std(0)
-  floor = {"all": [], "wake": []}
-  for r, draws in zip(conditions, oracle):
-    ref = data.states[np.isclose(data.cond[:, 0], r)]
-    floor["all"].append(cgfm.field_errors(ref, draws, scale=scale))
-    floor["wake"].append(cgfm.field_errors(ref, draws, region, scale=scale))
-  return {k: {m: float(np.mean([getattr(e, m) for e in v]))
-              for m in ("mean_rel", "std_rel", "w1")} for k, v in floor.items()}
+  per_condition = [_errors(data.states[np.isclose(data.cond[:, 0], r)], draws, region, scale)
+                   for r, draws in zip(conditions, oracle)]
+  return {k: {m: float(np.mean([getattr(e[k], m) for e in per_condition]))
+              for m in ("mean_rel", "std_rel", "w1")} for k in ("all", "wake")}
 
 
 def _row(name, seed, final_loss, errors, train_re, held_re, seconds):
@@ -349,6 +348,7 @@ def run(config, workdir: str) -> report.Result:
   z_states = standardizer.states(data.states[train_idx]).astype(np.float32)
   z_cond = standardizer.cond(data.cond[train_idx]).astype(np.float32)
   region = cgfm.near_wake_region(data.mesh.pos)
+  scale = data.states.reshape(-1, 3).std(0)  # per-channel units the errors are measured in
   fingerprint = trials_lib.config_fingerprint(config, exclude=("preset", "naive_coarsening"))
   log = trials_lib.TrialLog(os.path.join(workdir, "trials.jsonl"), fingerprint)
   done = log.done(lambda row: (row["model"], row["seed"]))
@@ -372,7 +372,7 @@ def run(config, workdir: str) -> report.Result:
         seconds = time.time() - t0
         errors, samples = evaluate(model, params, graph, data, standardizer,
                                    tuple(config.train_reynolds) + tuple(config.heldout_reynolds),
-                                   config, region, jax.random.PRNGKey(seed + 1000))
+                                   config, region, scale, jax.random.PRNGKey(seed + 1000))
       if plot_this:
         held_samples[name] = samples[plot_re]
       row = done.get((name, seed)) or log.append(
@@ -388,7 +388,7 @@ def run(config, workdir: str) -> report.Result:
   if os.path.exists(os.path.join(workdir, "fields.png")):
     plots.append("fields.png")
   floor = sampling_floor(data, oracle_states(config, workdir, data.mesh),
-                         config.heldout_reynolds, region)
+                         config.heldout_reynolds, region, scale)
   claims, figures = summarize(seed_rows, config, floor)
   figures["num_nodes"] = float(data.states.shape[1])
   figures["num_train_states"] = float(len(train_idx))
