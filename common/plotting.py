@@ -1,16 +1,66 @@
-"""Plots shared by experiments (matplotlib, Agg backend, PNG files)."""
+"""Figures for experiments: one way to make them and one way to save them.
+
+`subplots` makes a matplotlib `Figure` without pyplot, so no backend is chosen and
+no global figure state is touched (it works the same in a script, a test and a
+notebook); `save_figure` writes it as a PNG through a temporary file and a rename,
+so an interrupted run never leaves a truncated plot in place of a good one.
+
+    fig, axes = plotting.subplots(1, 2, figsize=(8, 3.5))
+    axes[0, 0].plot(x, y)
+    plotting.save_figure(fig, os.path.join(workdir, "curve.png"))
+"""
 
 from __future__ import annotations
 
 import os
-from typing import Mapping, Sequence
+import sys
+from typing import Any, Mapping, Sequence
 
-import matplotlib
+import matplotlib.figure
 import matplotlib.ticker
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+
+def subplots(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] = (6.0, 4.0),
+             squeeze: bool = True, **kwargs: Any):
+  """`(fig, axes)` like `pyplot.subplots`, for a pyplot-free `Figure`.
+
+  Args:
+    nrows, ncols: the grid of axes.
+    figsize: the figure size in inches.
+    squeeze: as in pyplot: a single Axes, or a 1-D array for one row or column.
+    **kwargs: passed to `Figure.subplots` (sharex, gridspec_kw, subplot_kw, ...).
+
+  Returns:
+    (figure, Axes or array of Axes).
+  """
+  fig = matplotlib.figure.Figure(figsize=figsize)
+  return fig, fig.subplots(nrows, ncols, squeeze=squeeze, **kwargs)
+
+
+def save_figure(fig: matplotlib.figure.Figure, path: str, *, dpi: int = 110,
+                tight: bool = True) -> str:
+  """Saves `fig` as a PNG at `path` atomically (temporary file, then rename).
+
+  Args:
+    fig: the figure (from `subplots`, or any matplotlib figure).
+    path: the destination; its folder is created.
+    dpi: resolution.
+    tight: call `fig.tight_layout()` first.
+
+  Returns:
+    `path`.
+  """
+  if tight:
+    fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = f"{path}.tmp-{os.getpid()}.png"
+  fig.savefig(tmp, dpi=dpi)
+  os.replace(tmp, path)
+  pyplot = sys.modules.get("matplotlib.pyplot")
+  if pyplot is not None:  # A figure from pyplot: release it from pyplot's registry.
+    pyplot.close(fig)
+  return path
 
 
 def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
@@ -28,7 +78,7 @@ def error_vs_n_panels(panels: Mapping[str, Mapping[str, tuple]], path: str,
 
   The legend carries each curve's fitted log-log slope. Returns ``path``.
   """
-  fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
+  fig, axes = subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
   for ax, (title, curves) in zip(axes[0], panels.items()):
     for label, (ns, med, lo, hi) in curves.items():
       slope = loglog_slope(ns, med)
@@ -43,10 +93,4 @@ def error_vs_n_panels(panels: Mapping[str, Mapping[str, tuple]], path: str,
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-  fig.tight_layout()
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = path + ".tmp.png"
-  fig.savefig(tmp, dpi=110)
-  plt.close(fig)
-  os.replace(tmp, path)
-  return path
+  return save_figure(fig, path)

@@ -7,16 +7,41 @@ reproduce entrypoint runs whatever is registered and hands the results to
 An experiment is ``run(config, workdir) -> Result``: the claims it checks (each a
 row of the report: method | paper's claim | paper's figure | our figure |
 reproduced), the named figures it measured, and the plots it wrote.
+
+``register`` is also the one runner: the function it returns validates the config,
+creates the workdir, enables float64 when ``config.x64`` is set, times the run, logs
+the figures and saves ``workdir/result.json`` atomically, so an experiment's body
+only builds data, calls methods, trains, evaluates and returns its claims. The
+entrypoints, the tests and a notebook all call that same function::
+
+    @report.register("demo", title="...", validate=config_module.validate)
+    def run(config, workdir):
+      err = measure(config)
+      return report.Result(claims=report.claims_table([
+          report.Claim("error below 0.1", "qualitative", f"{err:.3f}", err, "<", 0.1),
+      ]), figures={"err": err})
+
+Claims are data: each ``Claim`` row holds the claim text, the paper's figure, our
+figure as shown, and the comparison (measured, operator, threshold) that decides
+"reproduced", so the thresholds of an experiment are reviewable in one table.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import math
+import operator
 import os
+import time
 from typing import Any, Callable, Mapping, Sequence
+
+from absl import logging
+import jax
+
+from common import trials
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +51,79 @@ class ClaimCheck:
   paper_figure: str   # what the paper reports for it (a number, or the qualitative statement)
   our_figure: str     # what we measured, formatted
   reproduced: bool
+
+
+_OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+              "==": operator.eq}
+
+
+def passes(measured: Any, op: str, threshold: Any) -> bool:
+  """Whether ``measured op threshold`` holds for every value of ``measured``.
+
+  Args:
+    measured: a number or bool, or a sequence / mapping of them (every one must pass).
+    op: "<", "<=", ">", ">=", "==", or "in" (``threshold`` is a closed interval
+      ``(low, high)``).
+    threshold: a number (a bool for "=="), or ``(low, high)`` for "in".
+
+  Returns:
+    True if every value passes; a NaN, an empty collection or a missing value fails.
+  """
+  if op not in _OPERATORS and op != "in":
+    raise ValueError(f"unknown comparison {op!r}; expected one of "
+                     f"{', '.join([*_OPERATORS, 'in'])}")
+  if isinstance(measured, Mapping):
+    values = list(measured.values())
+  elif isinstance(measured, (list, tuple)):
+    values = list(measured)
+  else:
+    values = [measured]
+  if not values:
+    return False
+  for value in values:
+    if value is None or (not isinstance(value, bool) and not math.isfinite(float(value))):
+      return False
+    if op == "in":
+      low, high = threshold
+      if not low <= value <= high:
+        return False
+    elif not _OPERATORS[op](value, threshold):
+      return False
+  return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """One report row as data: reproduced iff ``measured op threshold`` (and ``also``).
+
+  Attributes:
+    claim: the paper's claim, in one sentence (with our threshold in it).
+    paper_figure: what the paper reports for it.
+    our_figure: what we measured, formatted for the report.
+    measured: the deciding value(s): a number, bool, or a sequence / mapping
+      of them, all of which must pass.
+    op: "<", "<=", ">", ">=", "==" or "in" (see ``passes``).
+    threshold: the bar, fixed in the config before running.
+    also: further ``(measured, op, threshold)`` conditions that must hold too.
+  """
+  claim: str
+  paper_figure: str
+  our_figure: str
+  measured: Any
+  op: str
+  threshold: Any
+  also: Sequence[tuple[Any, str, Any]] = ()
+
+  def check(self) -> ClaimCheck:
+    ok = passes(self.measured, self.op, self.threshold) and all(
+        passes(*condition) for condition in self.also)
+    return ClaimCheck(claim=self.claim, paper_figure=self.paper_figure,
+                      our_figure=self.our_figure, reproduced=bool(ok))
+
+
+def claims_table(rows: Sequence[Claim]) -> list[ClaimCheck]:
+  """The report rows of an experiment's claim table."""
+  return [row.check() for row in rows]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,21 +155,53 @@ class Result:
 class Experiment:
   name: str                   # also the config file stem: experiments/configs/<name>.py
   title: str                  # the paper / method, as shown in the report
-  run: Callable[..., Result]  # run(config, workdir) -> Result
+  run: Callable[..., Result]  # run(config, workdir) -> Result, through the runner
 
 
 _REGISTRY: dict[str, Experiment] = {}
 
 
-def register(name: str, *, title: str) -> Callable:
-  """Decorator: ``@register("kernel_ridge", title="...")`` over ``run(config, workdir)``."""
-  def wrap(run: Callable[..., Result]) -> Callable[..., Result]:
+def register(name: str, *, title: str,
+             validate: Callable[[Any], None] | None = None) -> Callable:
+  """Decorator over an experiment's body ``(config, workdir) -> Result``.
+
+  Returns the runner around it: ``run(config, workdir)`` validates ``config``
+  with ``validate`` (a ``ConfigError`` before any work), creates ``workdir``,
+  runs the body under ``jax.enable_x64(config.x64)`` (when the config has
+  ``x64``), records the wall time in ``Result.seconds``, logs the figures and
+  saves ``workdir/result.json`` atomically. The runner is what the registry
+  holds and what the entrypoints, tests and notebooks call.
+  """
+  def wrap(body: Callable[..., Result]) -> Callable[..., Result]:
+    @functools.wraps(body)
+    def run(config, workdir: str) -> Result:
+      return run_experiment(name, body, config, workdir, validate)
+
     existing = _REGISTRY.get(name)
     if existing is not None and existing.run.__qualname__ != run.__qualname__:
       raise ValueError(f"experiment {name!r} is registered twice")
     _REGISTRY[name] = Experiment(name=name, title=title, run=run)
     return run
   return wrap
+
+
+def run_experiment(name: str, body: Callable[..., Result], config, workdir: str,
+                   validate: Callable[[Any], None] | None = None) -> Result:
+  """The runner: validate, makedirs, x64, timer, log, atomic ``result.json``."""
+  if validate is not None:
+    validate(config)
+  workdir = os.fspath(workdir)
+  os.makedirs(workdir, exist_ok=True)
+  start = time.time()
+  x64 = bool(config.get("x64", False)) if hasattr(config, "get") else False
+  with jax.enable_x64(x64):
+    result = body(config, workdir)
+  if not isinstance(result, Result):
+    raise TypeError(f"experiment {name!r} returned {type(result).__name__}, not Result")
+  result = dataclasses.replace(result, seconds=time.time() - start)
+  logging.info("%s figures: %s", name, dict(result.figures))
+  save_result(result, workdir)
+  return result
 
 
 def registered() -> dict[str, Experiment]:
@@ -95,13 +225,7 @@ def _json_number(v: float):
 def atomic_write_text(path: str, text: str) -> None:
   """Writes ``text`` to ``path`` through a temporary file and a rename, so a
   crash mid-write never leaves a truncated file in place of a good one."""
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "w") as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  trials.atomic_write_bytes(path, text.encode())
 
 
 def save_result(result: Result, workdir: str) -> str:

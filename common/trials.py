@@ -1,6 +1,15 @@
-"""A resumable log of finished trials: one JSON line per trial, tagged with a config
-fingerprint, so an interrupted experiment skips what is done and a changed config
-never reuses stale rows.
+"""The one way experiments resume: fingerprinted results that a rerun reuses.
+
+Two shapes of the same idea, both keyed by `config_fingerprint` so that a changed
+config never reuses stale results:
+
+* `TrialLog`: one JSON line per finished trial (a grid of seeds, sizes, methods);
+  an interrupted run skips the trials already logged.
+* `cached_stage`: the whole output of one stage of an experiment (a study, a
+  simulated data set, a trained model's marker), written atomically as JSON or
+  `.npz` under `workdir/stages/`; a rerun with the same fingerprint loads it.
+
+A TrialLog:
 
     fp = config_fingerprint(config, exclude=("preset", "ns"))
     with TrialLog(os.path.join(workdir, "trials.jsonl"), fp) as log:
@@ -9,24 +18,160 @@ never reuses stale rows.
           log.append({"key": key, "value": measure(key)})
 
 Lines cut by an interruption are skipped when reading; rows are flushed one by one.
+
+A stage:
+
+    fp = config_fingerprint(config.estimator, salt="estimator")
+    est = cached_stage(workdir, "estimator", fp, lambda: estimator_study(config))
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+from absl import logging
+import numpy as np
+
+
+def _plain(value: Any) -> Any:
+  """Nested ConfigDicts and mappings as plain dicts, for hashing and JSON."""
+  if hasattr(value, "to_dict"):
+    value = value.to_dict()
+  if isinstance(value, dict):
+    return {str(k): _plain(v) for k, v in value.items()}
+  return value
+
 
 def config_fingerprint(config: Any, exclude: Iterable[str] = ("preset",), salt: str = "") -> str:
-  """A 16-hex-digit hash of every config key except `exclude` (keys that only select
-  which trials run, not what a trial computes), plus an optional `salt`."""
-  exclude = set(exclude)
-  blob = json.dumps({k: config[k] for k in sorted(config.keys()) if k not in exclude},
-                    sort_keys=True, default=list)
+  """A 16-hex-digit hash of every config key except `exclude`, plus `salt`.
+
+  Args:
+    config: a ConfigDict (sub-configs included) or a mapping; pass a sub-config
+      (`config.estimator`) to key a stage on just the keys it reads.
+    exclude: keys that only select which trials run, not what a trial computes;
+      dotted keys ("train.log_every") reach into sub-configs.
+    salt: an extra string mixed in (e.g. the stage or case name).
+
+  Returns:
+    16 hex digits; equal configs give equal fingerprints in every process.
+  """
+  plain = _plain(config)
+  for key in exclude:
+    *parents, leaf = key.split(".")
+    node = plain
+    for part in parents:
+      node = node.get(part, {}) if isinstance(node, dict) else {}
+    if isinstance(node, dict):
+      node.pop(leaf, None)
+  blob = json.dumps({k: plain[k] for k in sorted(plain)}, sort_keys=True, default=list)
   return hashlib.sha256((salt + blob).encode()).hexdigest()[:16]
+
+
+def _json_default(value: Any) -> Any:
+  if isinstance(value, np.ndarray):
+    return value.tolist()
+  if isinstance(value, np.generic) or hasattr(value, "__array__"):
+    array = np.asarray(value)
+    return array.item() if array.ndim == 0 else array.tolist()
+  raise TypeError(f"cannot store {type(value).__name__} in a JSON stage")
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+  """Writes `data` to `path` through a temporary file and a rename."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = f"{path}.tmp-{os.getpid()}"
+  with open(tmp, "wb") as f:
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+STAGES_SUBDIR = "stages"
+_FINGERPRINT_KEY = "__fingerprint__"
+
+
+def stage_path(workdir: str, name: str, kind: str = "json") -> str:
+  """Where stage `name` of kind "json" or "npz" is stored: `workdir/stages/name.kind`."""
+  if kind not in ("json", "npz"):
+    raise ValueError(f"stage kind must be 'json' or 'npz', got {kind!r}")
+  return os.path.join(workdir, STAGES_SUBDIR, f"{name}.{kind}")
+
+
+def read_stage(workdir: str, name: str, fingerprint: str, kind: str = "json") -> Any | None:
+  """The stored value of stage `name` if it was written under `fingerprint`, else None.
+
+  A file that cannot be read (cut short, corrupted) counts as missing.
+  """
+  path = stage_path(workdir, name, kind)
+  if not os.path.exists(path):
+    return None
+  try:
+    if kind == "json":
+      with open(path) as f:
+        saved = json.load(f)
+      ok = isinstance(saved, dict) and saved.get("fingerprint") == fingerprint
+      return saved["value"] if ok else None
+    with np.load(path, allow_pickle=False) as saved:
+      if _FINGERPRINT_KEY not in saved or str(saved[_FINGERPRINT_KEY]) != fingerprint:
+        return None
+      return {k: saved[k] for k in saved.files if k != _FINGERPRINT_KEY}
+  except (OSError, ValueError, KeyError, EOFError) as e:
+    logging.warning("ignoring unreadable stage %s: %s", path, e)
+    return None
+
+
+def write_stage(workdir: str, name: str, fingerprint: str, value: Any,
+                kind: str = "json") -> Any:
+  """Stores `value` atomically as stage `name`; returns it as `read_stage` will.
+
+  kind "json": any JSON-able structure (NumPy/JAX scalars and arrays become
+  numbers and lists; mapping keys become strings). kind "npz": a flat dict of
+  arrays.
+  """
+  path = stage_path(workdir, name, kind)
+  if kind == "json":
+    text = json.dumps({"fingerprint": fingerprint, "value": value}, default=_json_default)
+    atomic_write_bytes(path, text.encode())
+    return json.loads(text)["value"]
+  if not isinstance(value, dict) or _FINGERPRINT_KEY in value:
+    raise TypeError(f"an npz stage must be a dict of arrays without {_FINGERPRINT_KEY!r}")
+  arrays = {k: np.asarray(v) for k, v in value.items()}
+  buffer = io.BytesIO()
+  np.savez(buffer, **arrays, **{_FINGERPRINT_KEY: np.asarray(fingerprint)})
+  atomic_write_bytes(path, buffer.getvalue())
+  return arrays
+
+
+def cached_stage(workdir: str, name: str, fingerprint: str, compute: Callable[[], Any],
+                 kind: str = "json") -> Any:
+  """`compute()` once per fingerprint: stored under `workdir/stages/`, reused on rerun.
+
+  Args:
+    workdir: the experiment's directory.
+    name: the stage's name (a file name stem).
+    fingerprint: `config_fingerprint` of the config keys the stage reads.
+    compute: `() -> value`, run only when no stage with this fingerprint exists.
+    kind: "json" (nested dicts/lists/numbers) or "npz" (a flat dict of arrays).
+
+  Returns:
+    The value as stored: a fresh and a resumed run see the same types (JSON
+    mapping keys are strings).
+  """
+  value = read_stage(workdir, name, fingerprint, kind)
+  if value is not None:
+    logging.info("stage %s: reused from %s", name, stage_path(workdir, name, kind))
+    return value
+  start = time.time()
+  value = write_stage(workdir, name, fingerprint, compute(), kind)
+  logging.info("stage %s: computed in %.1f s", name, time.time() - start)
+  return value
 
 
 def read_trials(path: str, fingerprint: str) -> list[dict]:

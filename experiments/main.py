@@ -1,11 +1,12 @@
 """Runs one experiment from a config file.
 
   python -m experiments.main --config=experiments/configs/kernel_ridge.py:quick \
-      --workdir=/tmp/kernel_ridge [--config.ns="(500,1000)"]
+      --workdir=/tmp/kernel_ridge [--config.ns="(500,1000)"] [--config.train.num_steps=10]
 
-The config's ``method`` names the registered experiment; its ``run(config,
-workdir)`` writes into the workdir and returns the measured figures, which are
-saved to ``workdir/result.json`` (atomically). A bad preset, override key or value
+The config file is executed once; its ``method`` names the registered experiment,
+whose runner (``common.report.register``) validates the config, runs it in the
+workdir and saves ``workdir/result.json`` atomically. A missing file, a bad preset,
+an unknown override key (dotted keys reach into sub-configs) or an invalid value
 stops with a one-line error before any work.
 """
 
@@ -18,70 +19,90 @@ from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
+import ml_collections
 
 from common import config as config_lib
 from common import report
 from experiments import registry
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "Path to a config file, with :preset.",
-                                lock_config=True)
 flags.DEFINE_string("workdir", None, "Directory for outputs, checkpoints and results.")
+CONFIG_HELP = "Path to a config file, with :preset (e.g. experiments/configs/lm.py:quick)."
 
 
-def _config_path(argv: list[str]) -> str | None:
-  spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
-  return None if spec is None else spec.split(":", 1)[0]
+def _split_config_arg(argv: list[str]) -> tuple[str | None, list[str]]:
+  """(the --config=path[:preset] value, argv without it)."""
+  spec, rest = None, []
+  for arg in argv:
+    if arg.startswith("--config="):
+      spec = arg.split("=", 1)[1]
+    else:
+      rest.append(arg)
+  return spec, rest
 
 
-def _config_keys(path: str) -> list[str]:
-  """The top-level keys of the config file at ``path`` (default preset)."""
-  module_spec = importlib.util.spec_from_file_location("_config_for_checks", path)
+def load_config(spec: str) -> ml_collections.ConfigDict:
+  """Executes the config file of ``path[:preset]`` once and returns its config."""
+  path, _, preset = spec.partition(":")
+  if not os.path.isfile(path):
+    config_lib.die(f"config file not found: {path}")
+  module_spec = importlib.util.spec_from_file_location("_experiment_config", path)
   module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return sorted(module.get_config().keys())
+  try:
+    module_spec.loader.exec_module(module)
+    return module.get_config(preset or None)
+  except config_lib.ConfigError as e:
+    config_lib.die(e)
+
+
+def _check_override(config: ml_collections.ConfigDict, arg: str) -> None:
+  name = arg.split("=", 1)[0]
+  node, path = config, name[len("--config."):].split(".")
+  for i, part in enumerate(path):
+    where = ".".join(path[:i])
+    if not isinstance(node, ml_collections.ConfigDict):
+      config_lib.die(f"unknown config key {'.'.join(path[:i + 1])!r} in {name}: "
+                     f"config.{where} is a value, not a sub-config")
+    if part not in node:
+      config_lib.die(f"unknown config key {'.'.join(path[:i + 1])!r} in {name}; "
+                     f"valid keys{' of config.' + where if where else ''}: "
+                     f"{', '.join(sorted(node.keys()))}")
+    node = node[part]
 
 
 def parse_flags(argv: list[str]) -> list[str]:
   """absl flag parsing that turns config errors into one-line messages."""
-  path = _config_path(argv)
-  if path is not None:
-    if not os.path.isfile(path):
-      config_lib.die(f"config file not found: {path}")
-    keys = _config_keys(path)
-    for arg in argv:
-      if arg.startswith("--config."):
-        key = arg[len("--config."):].split("=", 1)[0].split(".", 1)[0]
-        if key not in keys:
-          config_lib.die(f"unknown config key {key!r} in {arg.split('=', 1)[0]}; "
-              f"valid keys: {', '.join(keys)}")
+  spec, argv = _split_config_arg(argv)
+  if spec is None:
+    if any(a in ("--help", "--helpfull", "-h") for a in argv):
+      return FLAGS(argv)
+    config_lib.die("--config is required, e.g. --config=experiments/configs/kernel_ridge.py:quick")
+  config = load_config(spec)
+  for arg in argv:
+    if arg.startswith("--config."):
+      _check_override(config, arg)
+  config_flags.DEFINE_config_dict("config", config, CONFIG_HELP, lock_config=True,
+                                  sys_argv=argv)
   try:
     rest = FLAGS(argv)
-    FLAGS.config  # noqa: B018 -- loads the config file and applies overrides here
   except Exception as e:  # pylint: disable=broad-except
-    text = str(e)
-    if "Traceback" in text:  # config_flags wraps errors from get_config in a traceback
-      text = text.strip().splitlines()[-1]
-      text = text.split("ConfigError: ", 1)[-1]
-    config_lib.die(text)
-  if FLAGS.config is None:
-    config_lib.die("--config is required, e.g. --config=experiments/configs/kernel_ridge.py:quick")
+    config_lib.die(str(e).strip().splitlines()[-1] if str(e).strip() else repr(e))
+  if len(rest) > 1:
+    config_lib.die(f"unexpected positional arguments: {' '.join(rest[1:])}")
   if not FLAGS.workdir:
     config_lib.die("--workdir is required")
   return rest
 
 
 def run_experiment(config, workdir: str) -> report.Result:
-  """Validates ``config``, runs its experiment in ``workdir`` and saves result.json."""
+  """Runs the registered experiment ``config.method`` in ``workdir`` (through its runner)."""
   registry.load_all()
   try:
     experiment = report.get(config.method)
     registry.config_module(config.method).validate(config)
   except (config_lib.ConfigError, ValueError) as e:
     config_lib.die(e)
-  result = experiment.run(config, workdir)
-  report.save_result(result, workdir)
-  return result
+  return experiment.run(config, workdir)
 
 
 def main(argv):

@@ -7,7 +7,7 @@ import pkgutil
 
 import experiments
 
-NOT_EXPERIMENTS = {"main", "reproduce", "registry", "configs", "benchmarks"}
+NOT_EXPERIMENTS = {"main", "reproduce", "registry", "configs", "benchmarks", "plots"}
 
 
 def experiment_modules() -> list[str]:

@@ -44,8 +44,7 @@ def reproduce(names: list[str] | None, preset: str, workdir: str) -> tuple[str, 
     exp_dir = os.path.join(workdir, name)
     print(f"[reproduce] {name} ({preset}) -> {exp_dir}", flush=True)
     try:
-      result = experiments[name].run(configs[name], exp_dir)
-      report.save_result(result, exp_dir)
+      result = experiments[name].run(configs[name], exp_dir)  # The runner saves result.json.
       entries[name] = (experiments[name], result, "")
     except Exception as e:  # pylint: disable=broad-except
       traceback.print_exc()

@@ -1,4 +1,8 @@
-"""Shared pytest fixtures."""
+"""Shared pytest fixtures.
+
+Expensive objects (a trained model, compiled functions) are session-scoped and
+shared across test files, so the suite trains each of them once.
+"""
 
 import jax
 import pytest
@@ -14,3 +18,27 @@ def x64():
   """Runs the test with 64-bit floats (kernel solves are checked at tight tolerances)."""
   with jax.enable_x64(True):
     yield
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_dir(tmp_path_factory):
+  """A directory holding the tiny preset of the shared LM (`common.lm`), trained once
+  per session. Experiments reuse it with ``lm_workdir=tiny_lm_dir`` (their tiny
+  presets use the same LM config), tests with ``lm.load_or_train(config, tiny_lm_dir)``,
+  which restores it."""
+  from common import lm  # pylint: disable=import-outside-toplevel
+
+  workdir = str(tmp_path_factory.mktemp("tiny_lm"))
+  config = lm.get_config("tiny")
+  with config.unlocked():
+    config.train.progress_bar = False
+  lm.load_or_train(config, workdir)
+  return workdir
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tiny_lm_dir):
+  """The trained tiny LM (`common.lm.TrainedLM`), restored from `tiny_lm_dir`."""
+  from common import lm  # pylint: disable=import-outside-toplevel
+
+  return lm.load_or_train(lm.get_config("tiny"), tiny_lm_dir)
