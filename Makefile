@@ -18,7 +18,7 @@ reproduce: install
 	$(PY) -m experiments.reproduce --preset=quick --workdir=results
 
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests --durations=15
 
 bench: install
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'

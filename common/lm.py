@@ -16,9 +16,12 @@ corpus (`common.data.text`) with AdamW, linear warmup and cosine decay:
 
     loss = -(1 / (B T)) sum_{b, t} log p(x_{b, t+1} | x_{b, <=t}).
 
-A finished training run leaves a stage marker (`common.trials`) fingerprinted by the
-weight-determining keys, so a later experiment reuses it and a changed config never
-silently loads the wrong weights.
+A run directory carries a stage marker (`common.trials`, ``stages/trained_lm.json``)
+fingerprinted by the keys that determine the weights (`fingerprint`: everything but
+the loop's logging, checkpointing and device keys). It is written before the first
+step and marked finished after the last, so an interrupted run resumes exactly, a
+finished one is restored, a later experiment reuses it, and a directory that holds
+another config's LM is refused (its checkpoints are never touched).
 """
 
 from __future__ import annotations
@@ -39,12 +42,6 @@ from common.models import logprobs
 from common.models import transformer
 
 
-def _train(**overrides) -> ml_collections.ConfigDict:
-  config = train_lib.default_train_config()
-  config.update(overrides)
-  return config
-
-
 BASE = dict(
     # Model.
     family="llama",
@@ -62,7 +59,9 @@ BASE = dict(
     weight_decay=0.01,
     grad_clip=1.0,
     validation_fraction=0.1,
-    train=_train(num_steps=700, batch_size=32, checkpoint_every=200, log_every=25, seed=0),
+    # The common loop's settings (`common.train.default_train_config()`).
+    train=dict(train_lib.default_train_config().to_dict(), num_steps=700, batch_size=32,
+               checkpoint_every=200, log_every=25, seed=0),
 )
 
 PRESETS = {
@@ -97,7 +96,15 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
 
 
 def validate(config, prefix: str = "") -> None:
-  """Raises a one-line ConfigError for an invalid LM config (at ``prefix``, e.g. "lm.")."""
+  """Raises a one-line ConfigError for an invalid LM config.
+
+  Args:
+    config: the LM config itself (``prefix=""``), or a config that embeds it.
+    prefix: the dotted path of the LM config inside ``config`` ("lm." for an
+      experiment's ``config.lm``); errors name the full key (``config.lm.d_model``).
+  """
+  if prefix and not prefix.endswith("."):
+    prefix += "."
   c, k = config_lib, lambda key: prefix + key
   root = config
   config = config_lib.get(root, prefix[:-1]) if prefix else root
@@ -136,7 +143,11 @@ class TrainedLM(NamedTuple):
 
 
 def model_config(config) -> transformer.TransformerConfig:
-  """The TransformerConfig an LM config describes (byte vocabulary)."""
+  """The `TransformerConfig` an LM config describes (byte vocabulary of 256).
+
+  Example:
+    >>> model = transformer.Transformer(model_config(get_config("tiny")))
+  """
   family = transformer.llama_config if config.family == "llama" else transformer.neox_config
   return family(vocab_size=ByteTokenizer.vocab_size, d_model=config.d_model,
                 num_layers=config.num_layers, num_heads=config.num_heads,
@@ -146,7 +157,11 @@ def model_config(config) -> transformer.TransformerConfig:
 
 
 def make_optimizer(config) -> optax.GradientTransformation:
-  """clip_by_global_norm, then AdamW(b2 = 0.95) with warmup + cosine decay to lr / 10."""
+  """clip_by_global_norm, then AdamW(b2 = 0.95) with warmup + cosine decay to lr / 10.
+
+  The learning rate rises linearly from 0 to ``learning_rate`` over ``warmup_steps``
+  and decays as a cosine to ``learning_rate / 10`` at ``train.num_steps``.
+  """
   schedule = optax.warmup_cosine_decay_schedule(
       0.0, config.learning_rate, max(config.warmup_steps, 1), config.train.num_steps,
       end_value=config.learning_rate * 0.1)
@@ -168,31 +183,59 @@ def lm_loss(model: transformer.Transformer):
 
 
 def fingerprint(config) -> str:
-  """The fingerprint of the keys that determine the trained weights."""
+  """16 hex digits over the keys that determine the trained weights.
+
+  Everything but the loop's logging, checkpointing and device keys (``_NOT_WEIGHTS``:
+  ``train.log_every``, ``train.progress_bar``, ...), so evaluating or resuming with
+  other such settings reuses the same run.
+  """
   return trials.config_fingerprint(config, exclude=_NOT_WEIGHTS)
+
+
+def _claim(workdir: str, fp: str) -> None:
+  """Marks ``workdir`` as the run of fingerprint ``fp``, unless another LM holds it."""
+  if os.path.exists(trials.stage_path(workdir, STAGE)):
+    raise config_lib.ConfigError(
+        f"{workdir} holds an LM trained with a different config "
+        f"({os.path.join(trials.STAGES_SUBDIR, STAGE)}.json); choose another lm_workdir "
+        "or remove that directory")
+  checkpoints = os.path.join(workdir, train_lib.CHECKPOINT_SUBDIR)
+  if os.path.isdir(checkpoints) and os.listdir(checkpoints):
+    raise config_lib.ConfigError(
+        f"{workdir} holds checkpoints with no record of the LM config that wrote them; "
+        "choose another lm_workdir or remove that directory")
+  trials.write_stage(workdir, STAGE, fp, {"finished": False})
 
 
 def load_or_train(config, workdir: str) -> TrainedLM:
   """The trained model of ``config``: restored from ``workdir``'s checkpoint, or trained.
 
+  A finished run is restored; an interrupted one resumes from its newest checkpoint
+  (batches are a pure function of (seed, step), so the weights come out the same);
+  an empty directory trains from scratch. Loss:
+
+      loss = -(1 / (B T)) sum_{b, t} log p(x_{b, t+1} | x_{b, <=t}).
+
   Args:
     config: the LM config (``get_config(...)`` or an experiment's ``config.lm``).
-    workdir: the run directory (checkpoints, metrics, the finished-run marker).
+    workdir: the run directory (checkpoints, metrics.jsonl, the stage marker).
 
   Returns:
-    The `TrainedLM`.
+    The `TrainedLM` (``history`` empty when nothing was left to train).
 
   Raises:
-    ConfigError: for an invalid config, or when ``workdir`` holds an LM trained
-      with a different config (its checkpoint is kept, never overwritten).
+    ConfigError: for an invalid config, or when ``workdir`` holds an LM of a
+      different config (its checkpoints are kept, never overwritten).
+
+  Example:
+    >>> trained = load_or_train(get_config("tiny"), "/tmp/tiny_lm")
+    >>> logits = trained.model.apply({"params": trained.params}, tokens)
   """
   validate(config)
   fp = fingerprint(config)
-  marker = trials.stage_path(workdir, STAGE)
-  if os.path.exists(marker) and trials.read_stage(workdir, STAGE, fp) is None:
-    raise config_lib.ConfigError(
-        f"{workdir} holds an LM trained with a different config; choose another lm_workdir "
-        "or remove that directory")
+  marker = trials.read_stage(workdir, STAGE, fp)
+  if marker is None:
+    _claim(workdir, fp)
   corpus = text.stdlib_corpus(config.validation_fraction)
   model = transformer.Transformer(model_config(config))
   seq_len, batch_size = config.seq_len, config.train.batch_size
@@ -202,13 +245,20 @@ def load_or_train(config, workdir: str) -> TrainedLM:
       batch_fn=lambda seed, step: text.window_batch(corpus.train, seed, step, batch_size,
                                                     seq_len),
       optimizer=make_optimizer(config), config=config.train, workdir=workdir)
-  trials.write_stage(workdir, STAGE, fp, {"num_steps": int(config.train.num_steps)})
+  if not _finished(marker):
+    trials.write_stage(workdir, STAGE, fp,
+                       {"finished": True, "num_steps": int(config.train.num_steps)})
   return TrainedLM(model, result.state.params, corpus, result.history)
 
 
 def is_trained(config, workdir: str) -> bool:
   """Whether ``workdir`` holds a finished run of exactly this LM config."""
-  return trials.read_stage(workdir, STAGE, fingerprint(config)) is not None
+  return _finished(trials.read_stage(workdir, STAGE, fingerprint(config)))
+
+
+def _finished(marker) -> bool:
+  # A marker without "finished" was written by the first version, after training.
+  return bool(marker and marker.get("finished", True))
 
 
 def trained_lm(config, workdir: str, lm_workdir: str = "") -> TrainedLM:
@@ -225,6 +275,12 @@ def trained_lm(config, workdir: str, lm_workdir: str = "") -> TrainedLM:
 
   Returns:
     The `TrainedLM`.
+
+  Raises:
+    ConfigError: as `load_or_train`, for the directory it picked.
+
+  Example:
+    >>> trained = trained_lm(config.lm, workdir, lm_workdir=config.lm_workdir)
   """
   if lm_workdir:
     return load_or_train(config, lm_workdir)

@@ -60,37 +60,38 @@ BENCH_CONFIG = dict(vocab_size=4096, hidden_size=256, num_hidden_layers=4,
                     tie_word_embeddings=False)
 
 
-def _median_time(fn, repeats):
-  times = []
+def _timed_cases(cases, repeats):
+  """Seconds per run of each ``(name, fn)`` of ``cases()``, after one untimed warm-up.
+
+  The runs are interleaved, so drifts in machine load hit both sides.
+  """
+  measured = {}
+  for name, fn in cases():
+    fn()  # warm-up (compilation for ours)
+    measured[name] = []
   for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times), min(times), max(times)
+    for name, fn in cases():
+      start = time.perf_counter()
+      fn()
+      measured[name].append(time.perf_counter() - start)
+  return measured
 
 
-def main(argv):
-  del argv
+def _models(seed):
+  """A random transformers Llama, saved and loaded into ours: (theirs, ours, params)."""
   import torch
   import transformers
 
-  torch.manual_seed(FLAGS.seed)
-  b, t, p, n = FLAGS.batch, FLAGS.prefill_len, FLAGS.decode_prompt, FLAGS.decode_tokens
+  torch.manual_seed(seed)
   hf_model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**BENCH_CONFIG)).eval()
   folder = tempfile.mkdtemp(prefix="bench_lm_")
   hf_model.save_pretrained(folder)
   ckpt = hf.load_hf_checkpoint(folder)
-  model = transformer.Transformer(ckpt.config)
-  params = jax.device_put(ckpt.params)
-  rng = np.random.default_rng(FLAGS.seed)
-  tokens = rng.integers(0, BENCH_CONFIG["vocab_size"], (b, t)).astype(np.int32)
-  prompt = tokens[:, :p]
+  return hf_model, transformer.Transformer(ckpt.config), jax.device_put(ckpt.params)
 
-  print(f"# LM benchmark: ours (JAX {jax.__version__}) vs transformers "
-        f"{transformers.__version__} (torch {torch.__version__}), float32 CPU")
-  print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch threads "
-        f"{torch.get_num_threads()}; model: {BENCH_CONFIG}; "
-        f"{transformer.num_params(params) / 1e6:.2f}M params")
+
+def _ours(model, params, prompt, n):
+  """Our (prefill, generate) callables: a jitted cache-filling forward, greedy sampling."""
 
   @jax.jit
   def prefill(params, tokens):
@@ -104,6 +105,12 @@ def main(argv):
     jax.block_until_ready(sampling.generate(model, params, jnp.asarray(prompt),
                                             jax.random.PRNGKey(0), max_new_tokens=n,
                                             temperature=0.0))
+  return prefill, ours_prefill, ours_generate
+
+
+def _theirs(hf_model, prompt, n):
+  """The transformers (prefill, generate) callables, under torch.inference_mode."""
+  import torch
 
   def theirs_prefill(x):
     ids = torch.tensor(x, dtype=torch.long)
@@ -117,32 +124,11 @@ def main(argv):
     with torch.inference_mode():
       hf_model.generate(torch.tensor(prompt, dtype=torch.long), max_new_tokens=n,
                         min_new_tokens=n, do_sample=False, pad_token_id=0)
+  return theirs_prefill, theirs_generate
 
-  # Correctness: the two prefills agree.
-  ours_logits = np.asarray(prefill(params, jnp.asarray(tokens))[0])
-  theirs_logits = theirs_prefill(tokens)().numpy()
-  gap = float(np.max(np.abs(ours_logits - theirs_logits)))
 
-  measured = {}
-  for name, fn in (("ours_prefill", ours_prefill(tokens)), ("theirs_prefill", theirs_prefill(tokens)),
-                   ("ours_prompt", ours_prefill(prompt)), ("theirs_prompt", theirs_prefill(prompt)),
-                   ("ours_generate", ours_generate), ("theirs_generate", theirs_generate)):
-    fn()  # warm-up (compilation for ours)
-    measured[name] = []
-  for _ in range(FLAGS.repeats):  # interleaved, so drifts in machine load hit both sides
-    for name, fn in (("ours_prefill", ours_prefill(tokens)),
-                     ("theirs_prefill", theirs_prefill(tokens)),
-                     ("ours_prompt", ours_prefill(prompt)), ("theirs_prompt", theirs_prefill(prompt)),
-                     ("ours_generate", ours_generate), ("theirs_generate", theirs_generate)):
-      start = time.perf_counter()
-      fn()
-      measured[name].append(time.perf_counter() - start)
-  med = {k: statistics.median(v) for k, v in measured.items()}
-  prefill_tps = {s: b * t / med[f"{s}_prefill"] for s in ("ours", "theirs")}
-  decode_tps = {s: b * n / max(med[f"{s}_generate"] - med[f"{s}_prompt"], 1e-9)
-                for s in ("ours", "theirs")}
-
-  # Compiled memory of one training step of our model.
+def _train_step_memory(model, params, tokens):
+  """``memory_analysis()`` of one compiled, donating AdamW training step of our model."""
   opt = optax.adamw(1e-3)
 
   def train_step(params, opt_state, tokens):
@@ -156,9 +142,14 @@ def main(argv):
   opt_state = opt.init(params)
   compiled = jax.jit(train_step, donate_argnums=(0, 1)).lower(
       params, opt_state, jnp.asarray(tokens)).compile()
-  mem = compiled.memory_analysis()
-  param_bytes = sum(x.nbytes for x in jax.tree.leaves(params))
+  return compiled.memory_analysis()
 
+
+def _print_table(measured, b, t, n, p, gap, mem, param_bytes):
+  med = {k: statistics.median(v) for k, v in measured.items()}
+  prefill_tps = {s: b * t / med[f"{s}_prefill"] for s in ("ours", "theirs")}
+  decode_tps = {s: b * n / max(med[f"{s}_generate"] - med[f"{s}_prompt"], 1e-9)
+                for s in ("ours", "theirs")}
   print()
   print("| measurement | ours | transformers | ratio ours/theirs |")
   print("|---|---|---|---|")
@@ -176,6 +167,38 @@ def main(argv):
           f"MiB, outputs {mem.output_size_in_bytes / 2**20:.1f} MiB, aliased "
           f"{mem.alias_size_in_bytes / 2**20:.1f} MiB, temporaries "
           f"{mem.temp_size_in_bytes / 2**20:.1f} MiB; parameters {param_bytes / 2**20:.1f} MiB")
+
+
+def main(argv):
+  del argv
+  import torch
+  import transformers
+
+  b, t, p, n = FLAGS.batch, FLAGS.prefill_len, FLAGS.decode_prompt, FLAGS.decode_tokens
+  hf_model, model, params = _models(FLAGS.seed)
+  rng = np.random.default_rng(FLAGS.seed)
+  tokens = rng.integers(0, BENCH_CONFIG["vocab_size"], (b, t)).astype(np.int32)
+  prompt = tokens[:, :p]
+
+  print(f"# LM benchmark: ours (JAX {jax.__version__}) vs transformers "
+        f"{transformers.__version__} (torch {torch.__version__}), float32 CPU")
+  print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch threads "
+        f"{torch.get_num_threads()}; model: {BENCH_CONFIG}; "
+        f"{transformer.num_params(params) / 1e6:.2f}M params")
+
+  prefill, ours_prefill, ours_generate = _ours(model, params, prompt, n)
+  theirs_prefill, theirs_generate = _theirs(hf_model, prompt, n)
+  # Correctness: the two prefills agree.
+  ours_logits = np.asarray(prefill(params, jnp.asarray(tokens))[0])
+  gap = float(np.max(np.abs(ours_logits - theirs_prefill(tokens)().numpy())))
+
+  measured = _timed_cases(lambda: (
+      ("ours_prefill", ours_prefill(tokens)), ("theirs_prefill", theirs_prefill(tokens)),
+      ("ours_prompt", ours_prefill(prompt)), ("theirs_prompt", theirs_prefill(prompt)),
+      ("ours_generate", ours_generate), ("theirs_generate", theirs_generate)), FLAGS.repeats)
+  mem = _train_step_memory(model, params, tokens)
+  param_bytes = sum(x.nbytes for x in jax.tree.leaves(params))
+  _print_table(measured, b, t, n, p, gap, mem, param_bytes)
   sys.stdout.flush()
 
 

@@ -1,7 +1,11 @@
-"""The report writer and the reproduce loop keep good results when a run fails."""
+"""The report writer, the claims table, the runner, and the reproduce loop that keeps
+good results when a run fails."""
 
 import json
+import os
 
+import jax.numpy as jnp
+import ml_collections
 import pytest
 
 from common import report
@@ -32,6 +36,9 @@ def test_result_json_round_trip(tmp_path):
 def test_failed_run_keeps_last_good_result(tmp_path, monkeypatch):
   calls = {"fail": False}
 
+  monkeypatch.setattr(report, "_REGISTRY", {})
+
+  @report.register("demo", title="Demo")
   def run(config, workdir):
     if calls["fail"]:
       raise RuntimeError("boom")
@@ -48,8 +55,6 @@ def test_failed_run_keeps_last_good_result(tmp_path, monkeypatch):
     def validate(config):
       pass
 
-  monkeypatch.setattr(report, "_REGISTRY",
-                      {"demo": report.Experiment("demo", "Demo", run)})
   monkeypatch.setattr(registry, "load_all", lambda: None)
   monkeypatch.setattr(registry, "config_module", lambda name: FakeConfigModule)
   text, failed = reproduce.reproduce(None, "quick", str(tmp_path))
@@ -58,7 +63,7 @@ def test_failed_run_keeps_last_good_result(tmp_path, monkeypatch):
   text, failed = reproduce.reproduce(None, "quick", str(tmp_path))
   assert failed == ["demo"]
   assert "stale: this run failed" in text and "| 4.0x | yes |" in text
-  assert report.load_result(str(tmp_path / "demo")) == _result(4.0)
+  assert report.load_result(str(tmp_path / "demo")).claims == _result(4.0).claims
 
 
 def test_register_twice_with_a_different_function_raises(monkeypatch):
@@ -68,3 +73,52 @@ def test_register_twice_with_a_different_function_raises(monkeypatch):
     def other(c, w):
       return None
     report.register("a", title="A")(other)
+
+
+@pytest.mark.parametrize("measured, op, threshold, expected", [
+    (0.4, "<", 0.5, True), (0.5, "<", 0.5, False), (0.5, "<=", 0.5, True),
+    (2.0, ">=", 2.0, True), (float("nan"), "<", 1.0, False), (None, ">", 0.0, False),
+    ({"a": 3.0, "b": 2.5}, ">=", 2.0, True), ({"a": 3.0, "b": 1.5}, ">=", 2.0, False),
+    ([-0.5, -0.45], "in", (-0.6, -0.4), True), ([-0.5, -0.3], "in", (-0.6, -0.4), False),
+    ([], ">", 0.0, False), (True, "==", True, True), (False, "==", True, False),
+])
+def test_passes_compares_every_value(measured, op, threshold, expected):
+  assert report.passes(measured, op, threshold) is expected
+
+
+def test_claims_table_renders_rows_and_checks_every_condition():
+  rows = report.claims_table([
+      report.Claim("bias is small", "unbiased", "t = 0.9", 0.9, "<=", 1.5),
+      report.Claim("fast and accurate", "qualitative", "2.0x, err 0.3", 2.0, ">=", 1.5,
+                   also=[(0.3, "<", 0.2)]),
+  ])
+  assert rows[0] == report.ClaimCheck("bias is small", "unbiased", "t = 0.9", True)
+  assert rows[1].reproduced is False and rows[1].our_figure == "2.0x, err 0.3"
+  with pytest.raises(ValueError, match="unknown comparison"):
+    report.passes(1.0, "=>", 0.0)
+
+
+def test_runner_validates_creates_workdir_enables_x64_and_saves(tmp_path, monkeypatch):
+  monkeypatch.setattr(report, "_REGISTRY", {})
+  seen = {}
+
+  def validate(config):
+    if config["n"] < 0:
+      raise ValueError("config.n=-1 is invalid")
+
+  @report.register("demo64", title="Demo", validate=validate)
+  def run(config, workdir):
+    seen["dtype"] = jnp.zeros(()).dtype
+    seen["exists"] = os.path.isdir(workdir)
+    return _result(2.0)
+
+  workdir = tmp_path / "new" / "dir"
+  result = run(ml_collections.ConfigDict({"n": 1, "x64": True}), str(workdir))
+  assert seen == {"dtype": jnp.float64, "exists": True}
+  assert result.seconds >= 0 and result.seconds != 1.0  # the runner's clock, not the body's
+  assert report.load_result(str(workdir)).claims == result.claims
+  assert report.get("demo64").run is run
+  with pytest.raises(ValueError, match="config.n=-1"):
+    run(ml_collections.ConfigDict({"n": -1, "x64": False}), str(tmp_path / "bad"))
+  assert not os.path.exists(tmp_path / "bad")
+  assert jnp.zeros(()).dtype == jnp.float32

@@ -1,6 +1,10 @@
-"""The resumable trial log."""
+"""The resume mechanism: the trial log and cached stages."""
+
+import os
 
 import ml_collections
+import numpy as np
+import pytest
 
 from common import trials
 
@@ -32,3 +36,64 @@ def test_log_resumes_skips_cut_lines_and_other_fingerprints(tmp_path):
   with again:
     again.append({"k": 3, "v": 30})  # starts a fresh line after the cut one
   assert trials.TrialLog(path, "abc").done(lambda r: r["k"])[3]["v"] == 30
+
+
+def test_fingerprint_of_nested_configs_and_dotted_excludes():
+  def nested(**train):
+    return ml_collections.ConfigDict({"preset": "quick", "lr": 0.1,
+                                      "train": {"num_steps": 10, "log_every": 5, **train}})
+  a = trials.config_fingerprint(nested(), exclude=("preset", "train.log_every"))
+  assert a == trials.config_fingerprint(nested(log_every=1), exclude=("preset", "train.log_every"))
+  assert a != trials.config_fingerprint(nested(num_steps=11), exclude=("preset", "train.log_every"))
+  # A sub-config hashes like the same keys at the top level.
+  assert (trials.config_fingerprint(nested().train, exclude=()) ==
+          trials.config_fingerprint({"num_steps": 10, "log_every": 5}, exclude=()))
+
+
+def test_cached_stage_computes_once_per_fingerprint(tmp_path):
+  calls = []
+
+  def compute():
+    calls.append(1)
+    return {1: np.float32(0.5), "xs": np.arange(3), "nested": {"a": [1.0, 2.0]}}
+
+  first = trials.cached_stage(str(tmp_path), "study", "fp1", compute)
+  again = trials.cached_stage(str(tmp_path), "study", "fp1", compute)
+  # Fresh and resumed runs see the same (JSON) value: string keys, lists, floats.
+  assert first == again == {"1": 0.5, "xs": [0, 1, 2], "nested": {"a": [1.0, 2.0]}}
+  assert len(calls) == 1
+  trials.cached_stage(str(tmp_path), "study", "fp2", compute)  # a changed config recomputes
+  assert len(calls) == 2
+  assert trials.read_stage(str(tmp_path), "study", "fp1") is None
+  assert not [p for p in os.listdir(tmp_path / "stages") if ".tmp" in p]
+
+
+def test_npz_stage_round_trips_arrays_and_ignores_a_corrupt_file(tmp_path):
+  value = {"u": np.linspace(0, 1, 5, dtype=np.float32), "ids": np.arange(4)}
+  out = trials.cached_stage(str(tmp_path), "data", "fp", lambda: value, kind="npz")
+  back = trials.read_stage(str(tmp_path), "data", "fp", kind="npz")
+  for k in value:
+    np.testing.assert_array_equal(out[k], value[k])
+    np.testing.assert_array_equal(back[k], value[k])
+    assert back[k].dtype == value[k].dtype
+  path = trials.stage_path(str(tmp_path), "data", "npz")
+  with open(path, "wb") as f:
+    f.write(b"not an npz file")
+  assert trials.read_stage(str(tmp_path), "data", "fp", kind="npz") is None
+  out = trials.cached_stage(str(tmp_path), "data", "fp", lambda: value, kind="npz")
+  np.testing.assert_array_equal(out["u"], value["u"])
+  with pytest.raises(ValueError, match="stage kind"):
+    trials.stage_path(str(tmp_path), "data", "pickle")
+  with pytest.raises(TypeError, match="npz stage"):
+    trials.write_stage(str(tmp_path), "bad", "fp", [1, 2], kind="npz")
+
+
+def test_a_stage_that_fails_leaves_the_previous_value(tmp_path):
+  trials.cached_stage(str(tmp_path), "s", "fp", lambda: {"v": 1})
+
+  def boom():
+    raise RuntimeError("interrupted")
+
+  with pytest.raises(RuntimeError):
+    trials.cached_stage(str(tmp_path), "s", "fp2", boom)
+  assert trials.read_stage(str(tmp_path), "s", "fp") == {"v": 1}

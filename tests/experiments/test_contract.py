@@ -1,8 +1,12 @@
-"""Contract over every registered experiment: it imports, registers itself, every
-preset of its config loads, validates and is locked; and the entrypoints turn bad
-input into one-line errors without writing results."""
+"""Contract over every registered experiment: it imports, registers itself through
+the runner, every preset of its config loads, validates and is locked; it has its
+docs page, benchmark and README rows; and the entrypoints turn bad input into
+one-line errors without writing results."""
 
+import ast
+import json
 import os
+import re
 import subprocess
 import sys
 
@@ -23,12 +27,85 @@ def test_every_experiment_module_is_registered_with_a_config():
   for name in NAMES:
     assert os.path.isfile(os.path.join(REPO, "experiments", "configs", f"{name}.py"))
     assert os.path.isfile(os.path.join(REPO, "docs", f"{name}.md")), f"docs/{name}.md missing"
+    # The registry holds the runner (validate, x64, timing, result.json), not the body.
+    assert report.get(name).run.__wrapped__ is not None
+
+
+def _benchmark_coverage() -> dict[str, str]:
+  """experiment name -> benchmark module: `experiments/benchmarks/<name>.py`, or a
+  benchmark whose module-level `COVERS = (...)` names the experiment."""
+  covered = {}
+  folder = os.path.join(REPO, "experiments", "benchmarks")
+  for file in sorted(os.listdir(folder)):
+    if not file.endswith(".py") or file.startswith("_"):
+      continue
+    covered[file[:-3]] = file
+    with open(os.path.join(folder, file)) as f:
+      tree = ast.parse(f.read())
+    for node in tree.body:
+      if (isinstance(node, ast.Assign) and
+          any(getattr(t, "id", None) == "COVERS" for t in node.targets)):
+        for name in ast.literal_eval(node.value):
+          covered[name] = file
+  return covered
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_experiment_has_a_benchmark_and_readme_rows(name):
+  assert name in _benchmark_coverage(), (
+      f"no experiments/benchmarks/{name}.py and no benchmark with {name!r} in COVERS")
+  with open(os.path.join(REPO, "README.md")) as f:
+    rows = [line for line in f if line.startswith("|") and f"(`{name}`)" in line]
+  assert rows, f"README.md has no results row for {name}"
+  result = os.path.join(REPO, "results", name, "result.json")
+  if os.path.exists(result):
+    with open(result) as f:
+      claims = json.load(f)["claims"]
+    assert len(rows) >= len(claims), (
+        f"README.md has {len(rows)} rows for {name}; results/{name}/result.json has "
+        f"{len(claims)} claims")
+
+
+def _experiment_files() -> list[str]:
+  files = []
+  for root, _, names in os.walk(os.path.join(REPO, "experiments")):
+    files += [os.path.relpath(os.path.join(root, n), REPO) for n in names if n.endswith(".py")]
+  return sorted(files)
+
+
+def _imported_modules(tree: ast.AST):
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom):
+      yield from (f"{node.module}.{a.name}" for a in node.names)
+    elif isinstance(node, ast.Import):
+      yield from (a.name for a in node.names)
+
+
+@pytest.mark.parametrize("path", _experiment_files())
+def test_experiment_code_stays_thin(path):
+  """No function over 60 lines; an experiment imports no other experiment (nor its
+  config or plots); a benchmark imports no experiment module."""
+  with open(os.path.join(REPO, path)) as f:
+    tree = ast.parse(f.read())
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      length = node.end_lineno - node.lineno + 1
+      assert length <= 60, f"{path}: {node.name} is {length} lines"
+  parts = path[:-3].split(os.sep)
+  for module in _imported_modules(tree):
+    target = re.match(r"experiments\.(configs\.|plots\.)?(\w+)", module)
+    if target is None or target.group(2) in ("benchmarks", "configs", "plots"):
+      continue
+    if parts[1] == "benchmarks":
+      assert target.group(1), f"{path} imports the experiment module {module}"
+    elif len(parts) == 2 and parts[1] in NAMES:
+      assert target.group(2) == parts[1], f"{path} imports {module}"
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_preset_loads_validates_and_is_locked(name):
   module = registry.config_module(name)
-  assert {"quick", "paper"} <= set(module.PRESETS)
+  assert {"quick", "paper", "tiny"} <= set(module.PRESETS)
   for preset in module.PRESETS:
     config = module.get_config(preset)
     assert config.method == name and config.preset == preset
