@@ -26,6 +26,7 @@ mechanism away (closers are the exception: only the bracket mechanism emits them
 
 A batch is a pure function of (seed, step): NumPy's generator seeded with
 (seed, step) draws it on the host, as the common training loop requires.
+`stratified_sample` picks a probe set with the same number of tokens of every mechanism.
 
 Example:
     >>> batch = mechanism_batch(seed=0, step=0, batch_size=4, seq_len=32)
@@ -116,6 +117,11 @@ def _sequence(rng: np.random.Generator, length: int, p_pair: float, p_open: floa
   return tokens, labels
 
 
+def _check_int(name: str, value, low: int) -> None:
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+    raise ValueError(f"mechanism_batch: {name}={value!r}; expected an int >= {low}")
+
+
 def mechanism_batch(seed: int, step: int, batch_size: int, seq_len: int,
                     p_pair: float = 0.1, p_open: float = 0.05,
                     p_ngram: float = 0.04) -> dict[str, np.ndarray]:
@@ -136,10 +142,10 @@ def mechanism_batch(seed: int, step: int, batch_size: int, seq_len: int,
   Raises:
     ValueError: naming the argument if one is out of range.
   """
-  for name, value, low in (("seed", seed, 0), ("step", step, 0),
-                           ("batch_size", batch_size, 1), ("seq_len", seq_len, 2)):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-      raise ValueError(f"mechanism_batch: {name}={value!r}; expected an int >= {low}")
+  _check_int("seed", seed, 0)
+  _check_int("step", step, 0)
+  _check_int("batch_size", batch_size, 1)
+  _check_int("seq_len", seq_len, 2)
   ps = (p_pair, p_open, p_ngram)
   if any(p < 0 for p in ps) or sum(ps) >= 1:
     raise ValueError(f"mechanism_batch: probabilities {ps} must be >= 0 and sum to < 1")
@@ -151,3 +157,32 @@ def mechanism_batch(seed: int, step: int, batch_size: int, seq_len: int,
                      continuations) for _ in range(batch_size)]
   return {"tokens": np.stack([p[0] for p in pairs]),
           "labels": np.stack([p[1] for p in pairs])}
+
+
+def stratified_sample(labels: np.ndarray, per_mechanism: int, seed: int) -> np.ndarray:
+  """Sorted indices of up to `per_mechanism` positions of each mechanism.
+
+  For every mechanism i (in `MECHANISMS` order) it draws min(per_mechanism, #{labels ==
+  i}) of the positions with label i without replacement; unpredictable positions
+  (label -1) are never chosen. A probe set balanced this way gives every mechanism the
+  same weight in a clustering score.
+
+  Args:
+    labels: (N,) int mechanism labels (e.g. `mechanism_batch(...)["labels"][:, 1:]`
+      flattened).
+    per_mechanism: positions per mechanism (>= 1).
+    seed: NumPy generator seed.
+
+  Returns:
+    int64 indices into `labels`, ascending.
+
+  Example:
+    >>> stratified_sample(np.array([0, 0, 0, 1, -1, 1]), per_mechanism=1, seed=0).shape
+    (2,)
+  """
+  rng = np.random.default_rng(seed)
+  picks = []
+  for i in range(len(MECHANISMS)):
+    where = np.flatnonzero(labels == i)
+    picks.append(rng.choice(where, size=min(per_mechanism, len(where)), replace=False))
+  return np.sort(np.concatenate(picks))

@@ -5,7 +5,7 @@
 
 (needs the ``bench`` extra: torch, transformers, datasets and devinterp).
 
-The model is the shared byte-level LM at its ``tiny`` preset (`experiments.lm`,
+The model is the shared byte-level LM at its ``tiny`` preset (`common.lm`,
 Llama-style, 25k parameters), restored from ``workdir/lm`` or trained there first
 (~30 s). Its weights are exported with ``common.models.hf.save_hf_checkpoint`` and
 opened by ``transformers.LlamaForCausalLM``, so both sides run the same architecture
@@ -51,9 +51,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from common import config as config_lib
+from common import lm as lm_lib
 from common.data import text
 from common.models import hf
-from common.models import logprobs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", "/tmp/susceptibility_bench", "where the tiny LM is cached")
@@ -81,8 +81,7 @@ def ours(model, params, pool: np.ndarray, n_beta: float):
     return pool[rows]
 
   def loss_fn(p, tokens):
-    logits = model.apply({"params": p}, tokens[:, :-1])
-    return -jnp.mean(logprobs.token_logprobs(logits, tokens[:, 1:]))
+    return jnp.mean(sus.token_losses(model, p, tokens))
 
   def once(seed):
     loss0 = sus.init_loss(loss_fn, params, lambda s: jax.lax.dynamic_slice_in_dim(
@@ -157,11 +156,8 @@ def main(argv):
   if FLAGS.step_size <= 0 or FLAGS.localization < 0 or FLAGS.n_beta < 0:
     config_lib.die("--step_size must be > 0 and --localization, --n_beta >= 0")
   import torch  # pylint: disable=import-outside-toplevel
-  from experiments import lm as lm_experiment  # pylint: disable=import-outside-toplevel
-  from experiments.configs import lm as lm_configs  # pylint: disable=import-outside-toplevel
   import methods.susceptibility as sus  # pylint: disable=import-outside-toplevel
-  trained = lm_experiment.load_or_train(lm_configs.get_config("tiny"),
-                                        os.path.join(FLAGS.workdir, "lm"))
+  trained = lm_lib.load_or_train(lm_lib.get_config("tiny"), os.path.join(FLAGS.workdir, "lm"))
   model, params = trained.model, jax.device_get(trained.params)
   hf_path = os.path.join(FLAGS.workdir, "hf")
   hf.save_hf_checkpoint(hf_path, params, model.config)

@@ -20,6 +20,7 @@ Host-side NumPy (the recursion has data-dependent shapes); pure functions of arr
 
 Example:
     >>> w = np.kron(np.eye(2), np.ones((5, 5))) + 0.01   # two planted blocks
+    >>> np.fill_diagonal(w, 0.0)
     >>> conductance_clustering(w, max_conductance=0.2, min_size=2)
     array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
 """
@@ -43,7 +44,21 @@ def _one_blas_thread():
 
 
 def standardize(features: np.ndarray) -> np.ndarray:
-  """Column z-scores of (N, F) features (a constant column becomes 0)."""
+  """Column z-scores of (N, F) features (a constant column becomes 0):
+
+      z_ij = (x_ij - mean_i x_ij) / std_i x_ij
+
+  Args:
+    features: (N, F) one row per token.
+
+  Returns:
+    (N, F) float64 z-scores.
+
+  Example:
+    >>> standardize(np.array([[1.0, 5.0], [3.0, 5.0]]))
+    array([[-1.,  0.],
+           [ 1.,  0.]])
+  """
   x = np.asarray(features, np.float64)
   if x.ndim != 2:
     raise ValueError(f"features must be (tokens, features), got shape {x.shape}")
@@ -52,8 +67,23 @@ def standardize(features: np.ndarray) -> np.ndarray:
 
 
 def knn_graph(features: np.ndarray, k: int = 10) -> np.ndarray:
-  """(N, N) symmetric weights: (1 + cos) / 2 to each node's k most similar nodes
-  (an edge is kept if either end lists the other); zero diagonal."""
+  """(N, N) symmetric k-nearest-neighbour similarity graph:
+
+      w_ij = (1 + cos(x_i, x_j)) / 2   if j is among i's k most similar nodes or i
+                                       among j's; else 0 (zero diagonal)
+
+  Args:
+    features: (N, F) rows; k: neighbours per node, 1 <= k < N.
+
+  Returns:
+    (N, N) float64 weights.
+
+  Example:
+    >>> knn_graph(np.array([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0]]), k=1).round(2)
+    array([[0.  , 1.  , 0.  ],
+           [1.  , 0.  , 0.55],
+           [0.  , 0.55, 0.  ]])
+  """
   x = np.asarray(features, np.float64)
   n = x.shape[0]
   if not 1 <= k < n:
@@ -70,8 +100,20 @@ def knn_graph(features: np.ndarray, k: int = 10) -> np.ndarray:
 
 
 def conductance(weights: np.ndarray, in_set: np.ndarray) -> float:
-  """phi(S) = cut(S, complement) / min(vol S, vol complement) (inf if a side has
-  zero volume)."""
+  """The conductance of the node set S:
+
+      phi(S) = cut(S, complement) / min(vol S, vol complement),  vol A = sum_{i in A} d_i
+
+  Args:
+    weights: (N, N) symmetric nonnegative graph; in_set: (N,) bool membership of S.
+
+  Returns:
+    phi(S) (inf if a side has zero volume).
+
+  Example:
+    >>> conductance(np.array([[0., 1.], [1., 0.]]), np.array([True, False]))
+    1.0
+  """
   w = np.asarray(weights, np.float64)
   s = np.asarray(in_set, bool)
   degrees = w.sum(axis=1)
@@ -91,6 +133,18 @@ def sweep_cut(weights: np.ndarray, min_size: int = 1) -> SweepCut:
 
   Cut values of all prefixes come from one pass: with the nodes in sweep order,
   cut(S_k) = sum_{i <= k} (d_i - 2 sum_{j < i} w_ij).
+
+  Args:
+    weights: (N, N) symmetric nonnegative graph; min_size: nodes each side keeps.
+
+  Returns:
+    `SweepCut` (an empty set and inf when no admissible cut exists).
+
+  Example:
+    >>> w = np.kron(np.eye(2), np.ones((3, 3))) + 0.01
+    >>> np.fill_diagonal(w, 0.0)
+    >>> sweep_cut(w).in_set.astype(int)
+    array([1, 1, 1, 0, 0, 0])
   """
   w = np.asarray(weights, np.float64)
   n = w.shape[0]
@@ -127,7 +181,7 @@ def conductance_clustering(weights: np.ndarray, max_conductance: float = 0.3,
   """Recursive sweep-cut clustering; returns (N,) int labels 0..K-1.
 
   Args:
-    weights: (N, N) symmetric nonnegative similarity graph.
+    weights: (N, N) symmetric nonnegative similarity graph with a zero diagonal.
     max_conductance: a cluster is split only by a cut of conductance below this.
     min_size: both sides of a split keep at least this many nodes.
     max_clusters: optional cap on the number of clusters (lowest-conductance cuts
@@ -135,6 +189,12 @@ def conductance_clustering(weights: np.ndarray, max_conductance: float = 0.3,
 
   Returns:
     Labels numbered in order of each cluster's first node.
+
+  Example:
+    >>> w = np.kron(np.eye(2), np.ones((5, 5))) + 0.01   # two planted blocks
+    >>> np.fill_diagonal(w, 0.0)
+    >>> conductance_clustering(w, max_conductance=0.2, min_size=2)
+    array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
   """
   w = np.asarray(weights, np.float64)
   n = w.shape[0]
@@ -171,7 +231,24 @@ def conductance_clustering(weights: np.ndarray, max_conductance: float = 0.3,
 
 def cluster_tokens(features: np.ndarray, k: int = 10, max_conductance: float = 0.3,
                    min_size: int = 10, max_clusters: int | None = None) -> np.ndarray:
-  """standardize -> knn_graph -> conductance_clustering on (N, F) features."""
+  """standardize -> knn_graph -> conductance_clustering on (N, F) features.
+
+      labels = conductance_clustering(knn_graph(standardize(features), k), ...)
+
+  Args:
+    features: (N, F), one row per token (e.g. `SusceptibilityResult.chi.T`).
+    k, max_conductance, min_size, max_clusters: see `knn_graph` and
+      `conductance_clustering`.
+
+  Returns:
+    (N,) int labels 0..K-1.
+
+  Example:
+    >>> rng = np.random.default_rng(0)
+    >>> x = np.concatenate([rng.normal(size=(20, 3)) + 5, rng.normal(size=(20, 3)) - 5])
+    >>> np.bincount(cluster_tokens(x, k=5, max_conductance=0.1, min_size=5))
+    array([20, 20])
+  """
   graph = knn_graph(standardize(features), k)
   return conductance_clustering(graph, max_conductance, min_size, max_clusters)
 
@@ -181,6 +258,16 @@ def adjusted_rand_index(labels_true: np.ndarray, labels_pred: np.ndarray) -> flo
 
       (sum_ij C(n_ij,2) - E) / ((sum_i C(a_i,2) + sum_j C(b_j,2)) / 2 - E),
       E = sum_i C(a_i,2) sum_j C(b_j,2) / C(n,2).
+
+  Args:
+    labels_true, labels_pred: (N,) labelings (any hashable values).
+
+  Returns:
+    The ARI: 1 for identical partitions, about 0 for independent ones.
+
+  Example:
+    >>> adjusted_rand_index(np.array([0, 0, 1, 1]), np.array([5, 5, 7, 7]))
+    1.0
   """
   a = np.asarray(labels_true)
   b = np.asarray(labels_pred)
@@ -198,3 +285,38 @@ def adjusted_rand_index(labels_true: np.ndarray, labels_pred: np.ndarray) -> flo
   if maximum == expected:
     return 1.0
   return float((index - expected) / (maximum - expected))
+
+
+class ClusterProfile(NamedTuple):
+  """members: indices of the cluster's tokens, closest to its centre first;
+  centre: (F,) its mean standardized feature vector."""
+  members: np.ndarray
+  centre: np.ndarray
+
+
+def cluster_profiles(z: np.ndarray, labels: np.ndarray) -> list[ClusterProfile]:
+  """For each cluster c = 0..K-1, its centre and members ranked by distance to it:
+
+      centre_c = mean_{i in c} z_i,   members sorted by ||z_i - centre_c||
+
+  The closest members are the cluster's most representative tokens, and the
+  largest |centre_c| entry names the component that drives it.
+
+  Args:
+    z: (N, F) standardized features (`standardize`); labels: (N,) ints 0..K-1.
+
+  Returns:
+    K `ClusterProfile`s, in label order.
+
+  Example:
+    >>> z = np.array([[0.0], [1.0], [3.0], [10.0]])
+    >>> [p.members.tolist() for p in cluster_profiles(z, np.array([0, 0, 0, 1]))]
+    [[1, 0, 2], [3]]
+  """
+  profiles = []
+  for c in range(int(labels.max()) + 1):
+    members = np.flatnonzero(labels == c)
+    centre = z[members].mean(axis=0)
+    closest = members[np.argsort(np.linalg.norm(z[members] - centre, axis=1))]
+    profiles.append(ClusterProfile(closest, centre))
+  return profiles

@@ -41,7 +41,21 @@ class LLCEstimate(NamedTuple):
 
 
 def init_loss(loss_fn, params, batch_fn, num_batches: int) -> jax.Array:
-  """L(w0): the mean of loss_fn(params, batch_fn(s)) over s = 0..num_batches-1."""
+  """L(w0), the loss at the trained point averaged over the first minibatches:
+
+      L(w0) = (1 / S) sum_{s < S} loss_fn(params, batch_fn(s)),   S = num_batches
+
+  Args:
+    loss_fn: (params, batch) -> scalar; params: w0; batch_fn: traceable step -> batch.
+    num_batches: S >= 1.
+
+  Returns:
+    Scalar L(w0).
+
+  Example:
+    >>> init_loss(lambda w, b: (w - b) ** 2, 1.0, lambda s: s.astype(jnp.float32), 3)
+    Array(0.6666667, dtype=float32)
+  """
   losses = jax.lax.map(lambda s: loss_fn(params, batch_fn(s)),
                        jnp.arange(num_batches, dtype=jnp.int32))
   return jnp.mean(losses)
@@ -59,6 +73,11 @@ def estimate_llc(loss_trace: jax.Array, loss_at_init: jax.Array, n_beta: float,
 
   Returns:
     `LLCEstimate`.
+
+  Example:
+    >>> est = estimate_llc(jnp.array([[1.0, 1.2, 1.4], [1.0, 1.6, 1.8]]), 1.0, 10.0, 1)
+    >>> round(float(est.mean), 4), est.per_chain.round(4).tolist()
+    (5.0, [3.0, 7.0])
   """
   loss_trace = jnp.asarray(loss_trace)
   if loss_trace.ndim != 2 or num_burnin >= loss_trace.shape[1]:
@@ -73,9 +92,24 @@ def estimate_llc(loss_trace: jax.Array, loss_at_init: jax.Array, n_beta: float,
 
 def stability_number(step_size: float, n_beta: float, localization: float,
                      curvature: float) -> float:
-  """eps (n_beta h + gamma) / 2 for a loss curvature h: the per-step contraction of
-  the SGLD drift. Near 0: accurate but slow mixing; above ~0.2 the stationary
-  variance is visibly inflated (by 1 / (1 - x/2) on a quadratic); >= 2 diverges."""
+  """The per-step contraction of the SGLD drift for a loss curvature h:
+
+      x = eps (n_beta h + gamma) / 2
+
+  Near 0: accurate but slow mixing; above ~0.2 the stationary variance is visibly
+  inflated (by 1 / (1 - x/2) on a quadratic); >= 2 diverges.
+
+  Args:
+    step_size: eps; n_beta: inverse temperature; localization: gamma;
+    curvature: h, the scale of the loss Hessian's eigenvalues.
+
+  Returns:
+    x.
+
+  Example:
+    >>> stability_number(1e-3, 46.0, 1.0, 1.0)
+    0.0235
+  """
   return step_size * (n_beta * curvature + localization) / 2
 
 
@@ -103,6 +137,11 @@ def diagnose(loss_trace, loss_at_init, n_beta: float, num_burnin: int = 0,
     batch-means standard error over chains), "drifting" (max_drift_z > drift_z),
     "llc_spread" (std over chains / |mean| of lambda_hat) and "healthy" (finite, no
     negative chain, not drifting).
+
+  Example:
+    >>> flat = 0.5 + 0.1 * np.random.default_rng(1).normal(size=(2, 400))
+    >>> diagnose(flat, 0.0, 1.0)["healthy"]
+    True
   """
   trace = np.asarray(loss_trace, np.float64)[:, num_burnin:]
   finite = bool(np.all(np.isfinite(trace)))

@@ -66,7 +66,20 @@ class SGLDTrace(NamedTuple):
 
 
 def default_n_beta(batch_size: int) -> float:
-  """n_beta = m / ln m for minibatch size m (the WBIC-style inverse temperature)."""
+  """The WBIC-style inverse temperature for a minibatch of m predictions:
+
+      n_beta = m / ln m
+
+  Args:
+    batch_size: m >= 2, the predictions per minibatch (tokens for an LM).
+
+  Returns:
+    n_beta as a Python float.
+
+  Example:
+    >>> round(default_n_beta(512), 2)
+    82.07
+  """
   if batch_size < 2:
     raise ValueError(f"default_n_beta needs a batch size >= 2, got {batch_size}")
   return batch_size / math.log(batch_size)
@@ -95,6 +108,14 @@ def sgld(step_size: float, n_beta: float, localization: float, *, key: jax.Array
   Returns:
     An `optax.GradientTransformation` with `SGLDState`.
 
+  Example:
+    >>> w0 = {"w": jnp.zeros(3)}
+    >>> opt = sgld(1e-3, n_beta=10.0, localization=1.0, key=jax.random.PRNGKey(0))
+    >>> state = opt.init(w0)
+    >>> grads = jax.grad(lambda w: jnp.sum((w["w"] - 1.0) ** 2))(w0)
+    >>> updates, state = opt.update(grads, state, w0)
+    >>> w1 = optax.apply_updates(w0, updates)
+
   References:
     Welling & Teh (2011), Bayesian learning via stochastic gradient Langevin dynamics.
     Lau, Furman, Wang, Murfet, Wei (2023), The local learning coefficient.
@@ -113,10 +134,7 @@ def sgld(step_size: float, n_beta: float, localization: float, *, key: jax.Array
   def update(grads, state, params=None):
     if params is None:
       raise ValueError("sgld needs the current params: update(grads, state, params)")
-    leaves, treedef = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.fold_in(state.key, state.count), len(leaves))
-    noise = treedef.unflatten([jax.random.normal(k, x.shape, x.dtype)
-                               for k, x in zip(keys, leaves)])
+    noise = optax.tree.random_like(jax.random.fold_in(state.key, state.count), params)
     drift = jax.tree.map(
         lambda g, w, w0: n_beta * g + localization * (w - w0) + weight_decay * w,
         grads, params, state.anchor)
@@ -130,10 +148,11 @@ def sgld(step_size: float, n_beta: float, localization: float, *, key: jax.Array
 
 
 def _sq_distance(params, anchor, mask) -> jax.Array:
-  diff = jax.tree.map(lambda w, w0: w - w0, params, anchor)
+  """||mask * (w - w0)||^2."""
+  diff = optax.tree.sub(params, anchor)
   if mask is not None:
     diff = jax.tree.map(lambda d, m: d * m.astype(d.dtype), diff, mask)
-  return sum(jnp.sum(d * d) for d in jax.tree.leaves(diff))
+  return optax.tree.norm(diff, squared=True)
 
 
 def run_chains(loss_fn: Callable[[Any, Any], jax.Array], params: Any,
@@ -145,6 +164,11 @@ def run_chains(loss_fn: Callable[[Any, Any], jax.Array], params: Any,
                observe_fn: Callable[[Any], Any] | None = None,
                independent_batches: bool = False) -> SGLDTrace:
   """Runs `num_chains` localized SGLD chains from `params` (vmapped, one compiled scan).
+
+  Each chain iterates the `sgld` update from w_0 = w0:
+
+      w_{s+1} = w_s - (eps/2) m (n_beta grad L_{batch_fn(s)}(w_s) + gamma (w_s - w0)
+                                 + lambda_wd w_s) + sqrt(eps) sigma m xi_s
 
   Every chain starts at w0 = `params` and takes num_burnin + num_draws * thin steps;
   step s uses the minibatch `batch_fn(s)` (the same for every chain, so chains differ
@@ -168,6 +192,15 @@ def run_chains(loss_fn: Callable[[Any, Any], jax.Array], params: Any,
 
   Returns:
     `SGLDTrace` with the loss trace, the distance trace and the observations.
+
+  Example:
+    >>> loss_fn = lambda w, batch: 0.5 * jnp.sum((w["x"] - batch) ** 2)
+    >>> trace = run_chains(loss_fn, {"x": jnp.zeros(3)}, lambda s: jnp.zeros(3),
+    ...                    jax.random.PRNGKey(0), step_size=1e-3, n_beta=10.0,
+    ...                    localization=1.0, num_chains=2, num_burnin=10, num_draws=5,
+    ...                    observe_fn=lambda w: w["x"][0])
+    >>> trace.loss.shape, trace.observations.shape
+    ((2, 15), (2, 5))
   """
   for name, value, low in (("num_chains", num_chains, 1), ("num_burnin", num_burnin, 0),
                            ("num_draws", num_draws, 1), ("thin", thin, 1)):

@@ -17,8 +17,8 @@ all probe tokens at once.
 Example:
     >>> phi = jnp.array([[0.1, 0.3, 0.2]])            # (chains, draws)
     >>> l = jnp.array([[[1., 2.], [3., 2.], [2., 2.]]])  # (chains, draws, tokens)
-    >>> pooled_covariance(phi, l)                      # Cov over the 3 draws
-    Array([0.1, 0. ], dtype=float32)
+    >>> [round(v, 4) for v in pooled_covariance(phi, l).tolist()]   # over the 3 draws
+    [0.1, 0.0]
 """
 
 from __future__ import annotations
@@ -38,6 +38,16 @@ def pooled_covariance(a: jax.Array, b: jax.Array) -> jax.Array:
       Cov = sum_c sum_t (a_ct - mean_t a_c)(b_ct - mean_t b_c) / (C (D - 1))
 
   For one chain this is numpy's `np.cov(a, b_j)[0, 1]` for every trailing index j.
+
+  Args:
+    a: (chains, draws >= 2); b: (chains, draws, ...).
+
+  Returns:
+    (...) covariances, one per trailing index of b.
+
+  Example:
+    >>> pooled_covariance(jnp.array([[0.0, 1.0]]), jnp.array([[[0.0], [2.0]]]))
+    Array([1.], dtype=float32)
   """
   a, b = jnp.asarray(a), jnp.asarray(b)
   if a.ndim != 2 or b.shape[:2] != a.shape or a.shape[1] < 2:
@@ -62,6 +72,12 @@ def susceptibilities(phi: jax.Array, token_losses: jax.Array,
 
   Returns:
     (N,) susceptibilities.
+
+  Example:
+    >>> phi = jnp.array([[0.0, 1.0, 2.0]])
+    >>> l = jnp.array([[[1.0, 1.0], [0.0, 2.0], [-1.0, 3.0]]])   # token 0 falls with phi
+    >>> susceptibilities(phi, l)
+    Array([ 1., -1.], dtype=float32)
   """
   if loss is None:
     loss = jnp.mean(token_losses, axis=-1)
@@ -79,7 +95,20 @@ class SusceptibilityResult(NamedTuple):
 
 
 def stack_trees(trees: Sequence[Any]) -> Any:
-  """Stacks pytrees of the same structure on a new leading axis."""
+  """Stacks pytrees of the same structure on a new leading axis:
+
+      out[leaf] = stack([tree[leaf] for tree in trees])
+
+  Args:
+    trees: a non-empty sequence of pytrees with equal structure and leaf shapes.
+
+  Returns:
+    One pytree whose leaves have a leading axis of len(trees).
+
+  Example:
+    >>> stack_trees([{"a": jnp.zeros(2)}, {"a": jnp.ones(2)}])["a"].shape
+    (2, 2)
+  """
   return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
 
@@ -109,6 +138,18 @@ def component_susceptibilities(
 
   Returns:
     `SusceptibilityResult`.
+
+  Example:
+    >>> w0 = {"a": jnp.zeros(2), "b": jnp.zeros(2)}
+    >>> loss_fn = lambda w, batch: jnp.sum((w["a"] - 1.0) ** 2 + w["b"] ** 2)
+    >>> token_loss_fn = lambda w: jnp.stack([w["a"][0] ** 2, w["b"][1] ** 2])
+    >>> masks = [{"a": jnp.ones(2), "b": jnp.zeros(2)}, {"a": jnp.zeros(2), "b": jnp.ones(2)}]
+    >>> res = component_susceptibilities(loss_fn, token_loss_fn, w0, lambda s: None,
+    ...                                  masks, jax.random.PRNGKey(0), step_size=1e-2,
+    ...                                  n_beta=1.0, localization=1.0, num_chains=2,
+    ...                                  num_draws=20)
+    >>> res.chi.shape, res.phi.shape
+    ((2, 2), (2, 2, 20))
   """
   if not masks:
     raise ValueError("component_susceptibilities needs at least one component mask")

@@ -1,4 +1,7 @@
-"""Unit tests of the susceptibility method: SGLD, LLC, covariance, clustering, the data."""
+"""Unit tests of the susceptibility method: SGLD, LLC, covariance, clustering, the data.
+
+The transformer-component helpers, the calibration problem and the experiment's
+plots and config are tested in test_susceptibility_parts.py."""
 
 import itertools
 
@@ -10,8 +13,6 @@ import pytest
 
 import methods.susceptibility as sus
 from common.data import mechanisms
-from experiments import susceptibility as experiment
-from experiments.configs import susceptibility as configs
 
 
 def test_sgld_without_data_samples_the_localizing_gaussian():
@@ -66,18 +67,18 @@ def test_noise_free_sgld_is_localized_gradient_descent():
 
 
 def test_llc_recovers_half_the_dimension_on_linear_regression():
-  config = configs.get_config("quick")
-  with config.unlocked():
-    config.cal_dim, config.cal_n, config.cal_batch_size = 4, 2048, 128
-  x, y, w0, loss_fn, batch_fn = experiment.linear_regression(config)
+  problem = sus.linear_regression(jax.random.PRNGKey(0), dim=4, n=2048, batch_size=128,
+                                  noise=1.0)
   n_beta = sus.default_n_beta(128)
-  trace = sus.run_chains(loss_fn, w0, batch_fn, jax.random.PRNGKey(3), step_size=1e-3,
-                         n_beta=n_beta, localization=1.0, num_chains=6, num_burnin=200,
-                         num_draws=1500)
-  est = sus.estimate_llc(trace.loss, loss_fn(w0, (x, y)), n_beta, num_burnin=200)
+  trace = sus.run_chains(problem.loss_fn, problem.w0, problem.batch_fn,
+                         jax.random.PRNGKey(3), step_size=1e-3, n_beta=n_beta,
+                         localization=1.0, num_chains=6, num_burnin=200, num_draws=1500)
+  loss0 = problem.loss_fn(problem.w0, (problem.x, problem.y))
+  est = sus.estimate_llc(trace.loss, loss0, n_beta, num_burnin=200)
+  assert problem.true_llc == 2.0
   assert float(est.mean) == pytest.approx(2.0, rel=0.1), (est.mean, est.stderr)
   assert 0 < float(est.stderr) < 0.2
-  assert sus.diagnose(trace.loss, loss_fn(w0, (x, y)), n_beta, 200)["finite"]
+  assert sus.diagnose(trace.loss, loss0, n_beta, 200)["finite"]
 
 
 def test_estimate_llc_and_diagnostics_on_fixed_traces():
