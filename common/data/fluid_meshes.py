@@ -25,7 +25,8 @@ C) with channels (u, v, p). Velocity channels treat solid grid nodes as 0 (no-sl
 the pressure channel uses only the fluid corners of the cell (weights renormalised;
 the nearest fluid node if none). Velocity on WALL and OBSTACLE mesh nodes is exactly 0.
 
-File format (``save_npz``/``load_npz``, also for your own CFD data): ``pos`` (N, 2)
+File format (``save_npz``/``load_npz``, also for your own CFD data; ``to_arrays`` /
+``from_arrays`` are the same format as a dict of arrays in memory): ``pos`` (N, 2)
 float, ``senders``/``receivers`` (E,) int or ``triangles`` (T, 3) int (edges are
 derived from the triangles when absent), ``node_type`` (N,) int (optional, default all
 NORMAL), ``states`` (M, N, C) float, ``cond`` (M, P) or (M,) float, ``window`` (M,) int
@@ -48,9 +49,8 @@ Good sizes (``generate_cylinder_flow`` arguments; U = 0.1, regularized collision
 
 from __future__ import annotations
 
+import io
 import math
-import os
-import tempfile
 from typing import NamedTuple, Sequence
 
 import jax
@@ -60,6 +60,7 @@ import scipy.sparse
 import scipy.sparse.csgraph
 import scipy.spatial
 
+from common import trials
 from common.data import lbm
 
 Array = jax.Array
@@ -157,7 +158,7 @@ def _line(p0: np.ndarray, p1: np.ndarray, spacing_fn, scale: float) -> np.ndarra
   return p0[None] + ss[:, None] * (p1 - p0)[None]
 
 
-def make_mesh(geometry: lbm.Geometry, num_points: int, seed: int = 0) -> FlowMesh:
+def make_mesh(geometry: lbm.Geometry, num_points: int, *, seed: int) -> FlowMesh:
   """Builds an irregular Delaunay mesh of the channel around the obstacle.
 
   Args:
@@ -336,7 +337,7 @@ def generate_cylinder_flow(reynolds: Sequence[float], *, nx: int = 180, ny: int 
                            record_every: int = 20, window_gap: int = 100,
                            spinup_steps: int = 5000, inlet_velocity: float = 0.1,
                            collision: str = "regularized",
-                           seed: int = 0) -> FlowDataset:
+                           seed: int) -> FlowDataset:
   """Simulates all Reynolds numbers in one vmapped run and samples them on a mesh.
 
   Args:
@@ -357,7 +358,7 @@ def generate_cylinder_flow(reynolds: Sequence[float], *, nx: int = 180, ny: int 
                                angle=angle)
   re = np.atleast_1d(np.asarray(reynolds, np.float32))
   lbm.reynolds_to_tau(re, geometry, inlet_velocity)    # validate before meshing
-  mesh = make_mesh(geometry, num_points, seed)
+  mesh = make_mesh(geometry, num_points, seed=seed)
   flow = lbm.simulate_channel_flow(
       geometry, re, spinup_steps=spinup_steps, windows=windows,
       window_length=window_length, record_every=record_every, window_gap=window_gap,
@@ -375,23 +376,25 @@ def generate_cylinder_flow(reynolds: Sequence[float], *, nx: int = 180, ny: int 
   return FlowDataset(mesh, states, cond, window, time)
 
 
-def save_npz(path: str, dataset: FlowDataset) -> None:
-  """Writes the dataset to ``path`` atomically (temp file + os.replace)."""
+def to_arrays(dataset: FlowDataset) -> dict[str, np.ndarray]:
+  """The dataset as the flat dict of arrays of the ``.npz`` format (see module doc).
+
+  Example:
+    >>> arrays = to_arrays(data)          # pos, triangles, senders, ..., time
+    >>> back = from_arrays(arrays)        # the same dataset
+  """
   m = dataset.mesh
   arrays = dict(pos=m.pos, triangles=m.triangles, senders=m.senders,
                 receivers=m.receivers, node_type=m.node_type, states=dataset.states,
                 cond=dataset.cond, window=dataset.window, time=dataset.time)
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, suffix=".npz.tmp")
-  try:
-    with os.fdopen(fd, "wb") as fh:
-      np.savez(fh, **{k: np.asarray(v) for k, v in arrays.items()})
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
+  return {k: np.asarray(v) for k, v in arrays.items()}
+
+
+def save_npz(path: str, dataset: FlowDataset) -> None:
+  """Writes the dataset to ``path`` atomically (temp file + os.replace)."""
+  buffer = io.BytesIO()
+  np.savez(buffer, **to_arrays(dataset))
+  trials.atomic_write_bytes(path, buffer.getvalue())
 
 
 def _get(data, key: str, ndim: int, kind: str, shape_text: str) -> np.ndarray:
@@ -406,78 +409,111 @@ def _get(data, key: str, ndim: int, kind: str, shape_text: str) -> np.ndarray:
   return arr
 
 
-def load_npz(path: str) -> FlowDataset:
-  """Reads a dataset written by ``save_npz`` or by your own CFD (see module doc)."""
-  with np.load(path, allow_pickle=False) as data:
-    keys = set(data.files)
-    for key in ("pos", "states", "cond"):
-      if key not in keys:
-        raise ValueError(f"npz file {path} lacks the key {key!r} (has {sorted(keys)})")
-    has_edges = "senders" in keys or "receivers" in keys
-    if has_edges and not ("senders" in keys and "receivers" in keys):
-      raise ValueError(f"npz file {path} needs both 'senders' and 'receivers' "
-                       f"(has {sorted(keys)})")
-    if not has_edges and "triangles" not in keys:
-      raise ValueError(f"npz file {path} needs 'senders'/'receivers' or 'triangles'"
-                       f" (has {sorted(keys)})")
-    pos = _get(data, "pos", 2, "real", "(N, 2)")
-    n = pos.shape[0]
-    if pos.shape[1] != 2 or n < 1:
-      raise ValueError(f"npz key 'pos' must have shape (N, 2), got {pos.shape}")
-    states = _get(data, "states", 3, "real", f"(M, {n}, C)")
-    if states.shape[1] != n:
-      raise ValueError(f"npz key 'states' must have shape (M, {n}, C) (N from 'pos'),"
-                       f" got {states.shape}")
-    m = states.shape[0]
-    cond = np.asarray(data["cond"])
-    if cond.ndim == 1:
-      cond = cond[:, None]
-    if cond.ndim != 2 or cond.shape[0] != m or not np.issubdtype(cond.dtype,
-                                                                   np.number):
-      raise ValueError(f"npz key 'cond' must be real with shape ({m}, P) or ({m},),"
-                       f" got {np.asarray(data['cond']).shape} {cond.dtype}")
-    if "triangles" in keys:
-      tri = _get(data, "triangles", 2, "int", "(T, 3)")
-      if tri.shape[1] != 3 or (tri.size and (tri.min() < 0 or tri.max() >= n)):
-        raise ValueError(f"npz key 'triangles' must be (T, 3) indices in [0, {n}), "
-                         f"got shape {tri.shape}")
-    else:
-      tri = np.zeros((0, 3), np.int32)
-    if has_edges:
-      senders = _get(data, "senders", 1, "int", "(E,)")
-      receivers = _get(data, "receivers", 1, "int", "(E,)")
-      if senders.shape != receivers.shape:
-        raise ValueError(f"npz keys 'senders' and 'receivers' must have the same "
-                         f"shape (E,), got {senders.shape} and {receivers.shape}")
-      for key, e in (("senders", senders), ("receivers", receivers)):
-        if e.size and (e.min() < 0 or e.max() >= n):
-          raise ValueError(f"npz key {key!r} must hold node indices in [0, {n}), "
-                           f"got range [{e.min()}, {e.max()}]")
-    else:
-      senders, receivers = edges_from_triangles(tri)
-    if "node_type" in keys:
-      node_type = _get(data, "node_type", 1, "int", f"({n},)")
-      if node_type.shape != (n,) or (n and (node_type.min() < 0
-                                            or node_type.max() >= NUM_NODE_TYPES)):
-        raise ValueError(f"npz key 'node_type' must be ({n},) ints in [0, "
-                         f"{NUM_NODE_TYPES}), got shape {node_type.shape}")
-    else:
-      node_type = np.full(n, NORMAL, np.int32)
-    if "window" in keys:
-      window = _get(data, "window", 1, "int", f"({m},)")
-      if window.shape != (m,):
-        raise ValueError(f"npz key 'window' must have shape ({m},), got "
-                         f"{window.shape}")
-    else:
-      window = np.zeros(m, np.int32)
-    if "time" in keys:
-      time = _get(data, "time", 1, "real", f"({m},)")
-      if time.shape != (m,):
-        raise ValueError(f"npz key 'time' must have shape ({m},), got {time.shape}")
-    else:
-      time = np.arange(m, dtype=np.float32)
+def _check_keys(keys: set, source: str) -> bool:
+  """Whether explicit edges are given; raises for a missing required key."""
+  for key in ("pos", "states", "cond"):
+    if key not in keys:
+      raise ValueError(f"{source} lacks the key {key!r} (has {sorted(keys)})")
+  has_edges = "senders" in keys or "receivers" in keys
+  if has_edges and not ("senders" in keys and "receivers" in keys):
+    raise ValueError(f"{source} needs both 'senders' and 'receivers' (has {sorted(keys)})")
+  if not has_edges and "triangles" not in keys:
+    raise ValueError(f"{source} needs 'senders'/'receivers' or 'triangles'"
+                     f" (has {sorted(keys)})")
+  return has_edges
+
+
+def _mesh_arrays(data, n: int, has_edges: bool):
+  """(triangles, senders, receivers, node_type), checked against N = n nodes."""
+  if "triangles" in data:
+    tri = _get(data, "triangles", 2, "int", "(T, 3)")
+    if tri.shape[1] != 3 or (tri.size and (tri.min() < 0 or tri.max() >= n)):
+      raise ValueError(f"npz key 'triangles' must be (T, 3) indices in [0, {n}), "
+                       f"got shape {tri.shape}")
+  else:
+    tri = np.zeros((0, 3), np.int32)
+  if has_edges:
+    senders = _get(data, "senders", 1, "int", "(E,)")
+    receivers = _get(data, "receivers", 1, "int", "(E,)")
+    if senders.shape != receivers.shape:
+      raise ValueError(f"npz keys 'senders' and 'receivers' must have the same "
+                       f"shape (E,), got {senders.shape} and {receivers.shape}")
+    for key, e in (("senders", senders), ("receivers", receivers)):
+      if e.size and (e.min() < 0 or e.max() >= n):
+        raise ValueError(f"npz key {key!r} must hold node indices in [0, {n}), "
+                         f"got range [{e.min()}, {e.max()}]")
+  else:
+    senders, receivers = edges_from_triangles(tri)
+  if "node_type" in data:
+    node_type = _get(data, "node_type", 1, "int", f"({n},)")
+    if node_type.shape != (n,) or (n and (node_type.min() < 0
+                                          or node_type.max() >= NUM_NODE_TYPES)):
+      raise ValueError(f"npz key 'node_type' must be ({n},) ints in [0, "
+                       f"{NUM_NODE_TYPES}), got shape {node_type.shape}")
+  else:
+    node_type = np.full(n, NORMAL, np.int32)
+  return tri, senders, receivers, node_type
+
+
+def _snapshot_arrays(data, m: int):
+  """(window, time) of the M = m snapshots, defaults filled in."""
+  if "window" in data:
+    window = _get(data, "window", 1, "int", f"({m},)")
+    if window.shape != (m,):
+      raise ValueError(f"npz key 'window' must have shape ({m},), got {window.shape}")
+  else:
+    window = np.zeros(m, np.int32)
+  if "time" in data:
+    time = _get(data, "time", 1, "real", f"({m},)")
+    if time.shape != (m,):
+      raise ValueError(f"npz key 'time' must have shape ({m},), got {time.shape}")
+  else:
+    time = np.arange(m, dtype=np.float32)
+  return window, time
+
+
+def from_arrays(data, source: str = "npz data") -> FlowDataset:
+  """A ``FlowDataset`` from the arrays of the ``.npz`` format, checked and completed.
+
+  Args:
+    data: a mapping of key -> array with ``pos``, ``states``, ``cond`` and either
+      ``senders``/``receivers`` or ``triangles``; ``node_type``, ``window`` and
+      ``time`` are optional (see the module doc for shapes and defaults).
+    source: how errors name the data (e.g. "npz file /path/flow.npz").
+
+  Returns:
+    The dataset with float32 / int32 arrays; edges derived from the triangles when
+    absent.
+
+  Raises:
+    ValueError: naming the missing or malformed key.
+  """
+  has_edges = _check_keys(set(data.keys()), source)
+  pos = _get(data, "pos", 2, "real", "(N, 2)")
+  n = pos.shape[0]
+  if pos.shape[1] != 2 or n < 1:
+    raise ValueError(f"npz key 'pos' must have shape (N, 2), got {pos.shape}")
+  states = _get(data, "states", 3, "real", f"(M, {n}, C)")
+  if states.shape[1] != n:
+    raise ValueError(f"npz key 'states' must have shape (M, {n}, C) (N from 'pos'),"
+                     f" got {states.shape}")
+  m = states.shape[0]
+  cond = np.asarray(data["cond"])
+  if cond.ndim == 1:
+    cond = cond[:, None]
+  if cond.ndim != 2 or cond.shape[0] != m or not np.issubdtype(cond.dtype, np.number):
+    raise ValueError(f"npz key 'cond' must be real with shape ({m}, P) or ({m},),"
+                     f" got {np.asarray(data['cond']).shape} {cond.dtype}")
+  tri, senders, receivers, node_type = _mesh_arrays(data, n, has_edges)
+  window, time = _snapshot_arrays(data, m)
   mesh = FlowMesh(pos.astype(np.float32), tri.astype(np.int32),
                   senders.astype(np.int32), receivers.astype(np.int32),
                   node_type.astype(np.int32))
   return FlowDataset(mesh, states.astype(np.float32), cond.astype(np.float32),
                      window.astype(np.int32), time.astype(np.float32))
+
+
+def load_npz(path: str) -> FlowDataset:
+  """Reads a dataset written by ``save_npz`` or by your own CFD (see module doc)."""
+  with np.load(path, allow_pickle=False) as data:
+    return from_arrays({k: data[k] for k in data.files}, source=f"npz file {path}")

@@ -16,10 +16,11 @@ channels, its gradient and one Adam(lr 1e-3) update.
 * ours: ``jax.jit`` of ``jax.value_and_grad(methods.cgfm.make_loss_fn(model))`` plus
   ``optax.adam``, params and optimizer state donated, compiled once (untimed) and timed
   with ``jax.block_until_ready``; the graph is padded (``graphs.pad``) and the batch
-  merged into one graph (``graphs.merge``), as ``experiments/cgfm.py`` trains it. Two
-  models: (a) the single-level network (``make_model(None, config)``: a MeshGraphNet
-  with B (2L - 1) conditioned blocks) and (b) the 3-level HieraGraphNet on the aware
-  hierarchy (``make_model("aware", config)``).
+  merged into one graph (``graphs.merge``), as the experiment trains it; graphs and
+  networks come from ``methods.cgfm.variants``, as in the experiment. Two models: (a)
+  the single-level network (``variant_model(None, ...)``: a MeshGraphNet with
+  B (2L - 1) conditioned blocks) and (b) the 3-level HieraGraphNet on the aware
+  hierarchy (``variant_graph(..., method="aware")``).
 * torch: a re-implementation of (a) in ``torch.nn``, eager, float32, with the same
   equations and widths: the conditioning e = LNMLP([phi(t), psi(c)]) per graph,
   node encoder LNMLP([x, static features]), edge encoder LNMLP([dx, dy, |d|]/s), blocks
@@ -31,8 +32,9 @@ channels, its gradient and one Adam(lr 1e-3) update.
   affinity) unless ``--torch_threads`` says otherwise: on a loaded machine torch's
   intra-op pool degrades badly once an op is big enough to run in parallel (threads
   wait for descheduled siblings; seen as a 30x jump from 150 to 300 nodes on a busy
-  2-core machine), so measure on an idle one, or compare with ``--torch_threads=1``. The peer is checked: its parameter count must equal ours, and after
-  loading our initial parameters its field on the same (t, x_t, c) must match ours.
+  2-core machine), so measure on an idle one, or compare with ``--torch_threads=1``.
+  The peer is checked: its parameter count must equal ours, and after loading our
+  initial parameters its field on the same (t, x_t, c) must match ours.
 
 Per configuration (quick-preset mesh size ``num_points`` and ``large_points``) it
 prints the median step time (ms) of ``repeats`` blocks of ``steps`` steps each, the
@@ -90,9 +92,9 @@ def num_cores() -> int:
 def base_config(num_points: int):
   from experiments.configs import cgfm as config_module
   config = config_module.get_config("quick")
-  config.num_points = int(num_points)
+  config.data.num_points = int(num_points)
   if FLAGS.batch_size is not None:
-    config.batch_size = FLAGS.batch_size
+    config.train.batch_size = FLAGS.batch_size
   return config
 
 
@@ -100,18 +102,28 @@ def make_problem(config, seed: int) -> dict:
   """The mesh, its single-level graph (real, unpadded) and random states and conditions."""
   from common.data import fluid_meshes
   from common.data import lbm
-  from experiments import cgfm as exp
-  from methods.cgfm import graphs as graphs_lib
+  from methods import cgfm
 
-  geometry = lbm.make_geometry(config.nx, config.ny, "cylinder", diameter=config.diameter)
-  mesh = fluid_meshes.make_mesh(geometry, config.num_points, seed=config.mesh_seed)
-  real = graphs_lib.build(mesh.pos, mesh.senders, mesh.receivers, exp.node_features(mesh))
+  data, batch_size = config.data, config.train.batch_size
+  geometry = lbm.make_geometry(data.nx, data.ny, "cylinder", diameter=data.diameter)
+  mesh = fluid_meshes.make_mesh(geometry, data.num_points, seed=data.mesh_seed)
+  real = cgfm.graphs.build(mesh.pos, mesh.senders, mesh.receivers,
+                           cgfm.node_features(mesh.pos, mesh.node_type))
   rng = np.random.default_rng(seed)
   n = len(mesh.pos)
   return {"mesh": mesh, "nodes": real.levels[0].nodes, "edges": real.levels[0].edges,
           "senders": real.levels[0].senders, "receivers": real.levels[0].receivers,
-          "x1": rng.standard_normal((config.batch_size, n, NUM_CHANNELS)).astype(np.float32),
-          "cond": rng.standard_normal((config.batch_size, 1)).astype(np.float32)}
+          "x1": rng.standard_normal((batch_size, n, NUM_CHANNELS)).astype(np.float32),
+          "cond": rng.standard_normal((batch_size, 1)).astype(np.float32)}
+
+
+def make_model(config, method: str | None):
+  """The experiment's network of a variant (``methods.cgfm.variant_model``)."""
+  from methods import cgfm
+
+  m = config.model
+  return cgfm.variant_model(method, latent=m.latent, blocks_per_level=m.blocks_per_level,
+                            num_layers=m.mlp_layers, num_levels=len(m.coarsening_ratios) + 1)
 
 
 def _rss_kib() -> int:
@@ -119,34 +131,12 @@ def _rss_kib() -> int:
 
 
 # ----------------------------------------------------------------------------- ours
-def run_ours(kind: str, num_points: int, seed: int, repeats: int, steps: int,
-             flag_values: dict) -> dict:
-  """Times our jitted training step of the 'single' or 'hier' model (in a fresh process)."""
-  FLAGS(["cgfm"] + [f"--{k}={v}" for k, v in flag_values.items() if v is not None])
+def _ours_step(model, optimizer):
+  """One training step: CFM loss, its gradient and an optimizer update."""
   import jax
-  import jax.numpy as jnp
   import optax
-  from experiments import cgfm as exp
   from methods import cgfm
-  from methods.cgfm import flow as cgfm_flow
-  from methods.cgfm import graphs as graphs_lib
 
-  config = base_config(num_points)
-  prob = make_problem(config, seed)
-  method = "aware" if kind == "hier" else None
-  graph = exp.build_graph(prob["mesh"], method, config, seed)
-  model = exp.make_model(method, config)
-  n_real, n_pad = prob["x1"].shape[1], graph.levels[0].nodes.shape[0]
-  x1 = np.zeros((config.batch_size, n_pad, NUM_CHANNELS), np.float32)
-  x1[:, :n_real] = prob["x1"]
-  batch = jax.device_put({"graph": graphs_lib.broadcast(graph, config.batch_size),
-                          "x1": x1, "cond": prob["cond"]})
-  rss0 = _rss_kib()
-  params = model.init(jax.random.PRNGKey(seed), graph, 0.0,
-                      jnp.zeros((n_pad, NUM_CHANNELS)), jnp.zeros(1))
-  init_params = jax.device_get(params)
-  optimizer = optax.adam(LEARNING_RATE)
-  opt_state = optimizer.init(params)
   loss_fn = cgfm.make_loss_fn(model)
 
   def step(params, opt_state, batch, key):
@@ -155,16 +145,27 @@ def run_ours(kind: str, num_points: int, seed: int, repeats: int, steps: int,
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, key, loss
 
-  key = jax.random.PRNGKey(seed + 1)
+  return step
+
+
+def _compile(step, *args):
+  """(compiled step with donated params and optimizer state, seconds, temp + argument bytes)."""
+  import jax
+
   t0 = time.perf_counter()
-  compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, opt_state, batch, key).compile()
+  compiled = jax.jit(step, donate_argnums=(0, 1)).lower(*args).compile()
   compile_s = time.perf_counter() - t0
-  mem = None
   try:
     ma = compiled.memory_analysis()
-    mem = int(ma.temp_size_in_bytes + ma.argument_size_in_bytes)
+    return compiled, compile_s, int(ma.temp_size_in_bytes + ma.argument_size_in_bytes)
   except Exception:  # pylint: disable=broad-except  # not every backend reports it
-    pass
+    return compiled, compile_s, None
+
+
+def _time_ours(compiled, params, opt_state, batch, key, repeats: int, steps: int):
+  """(seconds per step of each timed block, the last loss), after one warm-up step."""
+  import jax
+
   params, opt_state, key, loss = compiled(params, opt_state, batch, key)  # warm-up
   jax.block_until_ready(loss)
   times = []
@@ -174,50 +175,76 @@ def run_ours(kind: str, num_points: int, seed: int, repeats: int, steps: int,
       params, opt_state, key, loss = compiled(params, opt_state, batch, key)
     jax.block_until_ready((params, loss))
     times.append((time.perf_counter() - start) / steps)
+  return times, float(loss)
+
+
+def _field_check(model, init_params, batch, x1, n_real: int, seed: int) -> dict:
+  """A fixed (t, x_t, c) and our field on it, for the peer's equivalence check."""
+  import jax
+  import jax.numpy as jnp
+  from methods import cgfm
+
+  rng = np.random.default_rng(seed + 2)
+  t = rng.random(len(x1)).astype(np.float32)
+  xt = np.zeros_like(x1)
+  xt[:, :n_real] = rng.standard_normal((len(x1), n_real, NUM_CHANNELS))
+  field = cgfm.batched_field(model, init_params, batch["graph"])
+  v = np.asarray(jax.jit(field)(jnp.asarray(t), jnp.asarray(xt), batch["cond"]))
+  return {"params": init_params, "t": t, "xt": xt[:, :n_real], "v": v[:, :n_real]}
+
+
+def run_ours(kind: str, num_points: int, seed: int, repeats: int, steps: int,
+             flag_values: dict) -> dict:
+  """Times our jitted training step of the 'single' or 'hier' model (in a fresh process)."""
+  FLAGS(["cgfm"] + [f"--{k}={v}" for k, v in flag_values.items() if v is not None])
+  import jax
+  import jax.numpy as jnp
+  import optax
+  from methods import cgfm
+
+  config = base_config(num_points)
+  prob, method = make_problem(config, seed), "aware" if kind == "hier" else None
+  graph = cgfm.variant_graph(prob["mesh"].pos, prob["mesh"].senders, prob["mesh"].receivers,
+                             prob["mesh"].node_type, method=method,
+                             ratios=config.model.coarsening_ratios, seed=seed)
+  model = make_model(config, method)
+  (b, n_real), n_pad = prob["x1"].shape[:2], graph.levels[0].nodes.shape[0]
+  x1 = np.zeros((b, n_pad, NUM_CHANNELS), np.float32)
+  x1[:, :n_real] = prob["x1"]
+  batch = jax.device_put({"graph": cgfm.graphs.broadcast(graph, b), "x1": x1,
+                          "cond": prob["cond"]})
+  rss0 = _rss_kib()
+  params = model.init(jax.random.PRNGKey(seed), graph, 0.0,
+                      jnp.zeros((n_pad, NUM_CHANNELS)), jnp.zeros(1))
+  init_params = jax.device_get(params)
+  optimizer = optax.adam(LEARNING_RATE)
+  opt_state = optimizer.init(params)
+  key = jax.random.PRNGKey(seed + 1)
+  compiled, compile_s, mem = _compile(_ours_step(model, optimizer), params, opt_state, batch,
+                                      key)
+  times, loss = _time_ours(compiled, params, opt_state, batch, key, repeats, steps)
   out = {"times": times, "rss_kib": _rss_kib() - rss0, "compiled_bytes": mem,
-         "compile_s": compile_s, "loss": float(loss), "n_real": n_real,
+         "compile_s": compile_s, "loss": loss, "n_real": n_real,
          "n_pad": n_pad, "edges_real": len(prob["senders"]),
          "edges_pad": int(graph.levels[0].senders.shape[0]),
          "levels": [int(np.sum(g.n_node[:1])) for g in graph.levels],
          "num_params": int(sum(np.size(p) for p in jax.tree.leaves(init_params))),
          "versions": {"jax": jax.__version__, "backend": jax.default_backend()}}
   if kind == "single":
-    # A fixed (t, x_t, c) and our field on it, for the peer's equivalence check.
-    rng = np.random.default_rng(seed + 2)
-    t = rng.random(config.batch_size).astype(np.float32)
-    xt = np.zeros_like(x1)
-    xt[:, :n_real] = rng.standard_normal((config.batch_size, n_real, NUM_CHANNELS))
-    field = cgfm_flow.batched_field(model, init_params, batch["graph"])
-    v = np.asarray(jax.jit(field)(jnp.asarray(t), jnp.asarray(xt), batch["cond"]))
-    out["check"] = {"params": init_params, "t": t, "xt": xt[:, :n_real],
-                    "v": v[:, :n_real]}
+    out["check"] = _field_check(model, init_params, batch, x1, n_real, seed)
   return out
 
 
 # ----------------------------------------------------------------------------- torch
-def run_torch(num_points: int, seed: int, repeats: int, steps: int, threads: int,
-              check: dict, flag_values: dict) -> dict:
-  """Times the PyTorch peer of the single-level network (in a fresh process)."""
-  FLAGS(["cgfm"] + [f"--{k}={v}" for k, v in flag_values.items() if v is not None])
+def _torch_blocks():
+  """The peer's LNMLP and Block (torch is imported here, in the peer's process only)."""
   import torch
   from torch import nn
-  from experiments import cgfm as exp
-  from methods.cgfm import baselines
-
-  torch.set_num_threads(threads)
-  torch.manual_seed(seed)
-  config = base_config(num_points)
-  prob = make_problem(config, seed)
-  latent, layers = config.latent, config.mlp_layers
-  num_blocks = baselines.single_level_blocks(config.blocks_per_level,
-                                             len(config.coarsening_ratios) + 1)
-  model_ref = exp.make_model(None, config)
-  freqs = model_ref.cond_frequencies
 
   class LNMLP(nn.Module):
     """common.models.gnn.LayerNormMLP: GELU hidden layers, linear output, LayerNorm."""
 
-    def __init__(self, d_in, out, layer_norm=True):
+    def __init__(self, d_in, out, latent, layers, layer_norm=True):
       super().__init__()
       widths = [d_in] + [latent] * layers + [out]
       self.dense = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
@@ -233,29 +260,38 @@ def run_torch(num_points: int, seed: int, repeats: int, steps: int, threads: int
   class Block(nn.Module):
     """common.models.gnn.InteractionBlock."""
 
-    def __init__(self):
+    def __init__(self, latent, layers):
       super().__init__()
-      self.edge = LNMLP(4 * latent, latent)
-      self.node = LNMLP(3 * latent, latent)
+      self.edge = LNMLP(4 * latent, latent, latent, layers)
+      self.node = LNMLP(3 * latent, latent, latent, layers)
 
     def forward(self, h, e, g_node, g_edge, senders, receivers):
       e = e + self.edge(torch.cat([e, h[senders], h[receivers], g_edge], -1))
       agg = torch.zeros_like(h).index_add_(0, receivers, e)
       return h + self.node(torch.cat([h, agg, g_node], -1)), e
 
+  return LNMLP, Block
+
+
+def _torch_net(latent: int, layers: int, num_blocks: int, freqs: int, node_dim: int,
+               edge_dim: int):
+  """HieraGraphNet with one level, in torch (module names as in the flax parameter tree)."""
+  import torch
+  from torch import nn
+
+  LNMLP, Block = _torch_blocks()  # pylint: disable=invalid-name
   num_time = 9  # methods.flow_matching.networks.time_features: [t, sin, cos] x 4
   num_cond = 1 + 2 * freqs  # psi(c) for P = 1
 
   class Net(nn.Module):
-    """HieraGraphNet with one level (names as in the flax parameter tree)."""
 
     def __init__(self):
       super().__init__()
-      self.cond_encoder = LNMLP(num_time + num_cond, latent)
-      self.node_encoder_0 = LNMLP(NUM_CHANNELS + prob["nodes"].shape[1], latent)
-      self.edge_encoder_0 = LNMLP(prob["edges"].shape[1], latent)
-      self.blocks = nn.ModuleList(Block() for _ in range(num_blocks))
-      self.decoder = LNMLP(latent, NUM_CHANNELS, layer_norm=False)
+      self.cond_encoder = LNMLP(num_time + num_cond, latent, latent, layers)
+      self.node_encoder_0 = LNMLP(NUM_CHANNELS + node_dim, latent, latent, layers)
+      self.edge_encoder_0 = LNMLP(edge_dim, latent, latent, layers)
+      self.blocks = nn.ModuleList(Block(latent, layers) for _ in range(num_blocks))
+      self.decoder = LNMLP(latent, NUM_CHANNELS, latent, layers, layer_norm=False)
 
     def forward(self, t, x, cond, nodes, edges, senders, receivers, node_graph, edge_graph):
       k = torch.arange(1, 5, dtype=t.dtype)
@@ -272,20 +308,29 @@ def run_torch(num_points: int, seed: int, repeats: int, steps: int, threads: int
         h, e = block(h, e, g_node, g_edge, senders, receivers)
       return self.decoder(h)
 
-  # The batch as one merged graph: sample b's indices offset by b N.
+  return Net()
+
+
+def _torch_graph(prob: dict) -> dict:
+  """The batch as one merged graph: sample b's indices offset by b N."""
+  import torch
+
   b, n = prob["x1"].shape[:2]
   n_edge = len(prob["senders"])
   offset = lambda idx: torch.from_numpy(
       (np.asarray(idx, np.int64)[None, :] + n * np.arange(b)[:, None]).ravel())
-  graph = dict(nodes=torch.from_numpy(np.tile(prob["nodes"], (b, 1))),
-               edges=torch.from_numpy(np.tile(prob["edges"], (b, 1))),
-               senders=offset(prob["senders"]), receivers=offset(prob["receivers"]),
-               node_graph=torch.arange(b).repeat_interleave(n),
-               edge_graph=torch.arange(b).repeat_interleave(n_edge))
-  x1, cond = torch.from_numpy(prob["x1"]), torch.from_numpy(prob["cond"])
+  return dict(nodes=torch.from_numpy(np.tile(prob["nodes"], (b, 1))),
+              edges=torch.from_numpy(np.tile(prob["edges"], (b, 1))),
+              senders=offset(prob["senders"]), receivers=offset(prob["receivers"]),
+              node_graph=torch.arange(b).repeat_interleave(n),
+              edge_graph=torch.arange(b).repeat_interleave(n_edge))
 
-  rss0 = _rss_kib()
-  net = Net()
+
+def _time_torch(net, x1, cond, graph: dict, repeats: int, steps: int):
+  """(seconds per step of each timed block, the last loss), after one warm-up step."""
+  import torch
+
+  b, n = x1.shape[:2]
   opt = torch.optim.Adam(net.parameters(), lr=LEARNING_RATE)
 
   def step():
@@ -306,10 +351,13 @@ def run_torch(num_points: int, seed: int, repeats: int, steps: int, threads: int
     for _ in range(steps):
       loss = step()
     times.append((time.perf_counter() - start) / steps)
-  rss = _rss_kib() - rss0
-  num_params = sum(p.numel() for p in net.parameters())
+  return times, loss.item()
 
-  # Equivalence: load our initial parameters and compare the fields.
+
+def _load_ours(net, params: dict) -> None:
+  """Loads our (flax) parameters into the torch peer."""
+  import torch
+
   def load(module, tree):
     for i, lin in enumerate(module.dense):
       dense = tree["mlp"][f"dense_{i}"]
@@ -319,17 +367,39 @@ def run_torch(num_points: int, seed: int, repeats: int, steps: int, threads: int
       module.norm.weight.data = torch.from_numpy(np.array(tree["norm"]["scale"], np.float32))
       module.norm.bias.data = torch.from_numpy(np.array(tree["norm"]["bias"], np.float32))
 
-  p = check["params"]["params"]
   for name in ("cond_encoder", "node_encoder_0", "edge_encoder_0", "decoder"):
-    load(getattr(net, name), p[name])
+    load(getattr(net, name), params[name])
   for i, block in enumerate(net.blocks):
-    load(block.edge, p[f"down_0_block_{i}"]["edge"])
-    load(block.node, p[f"down_0_block_{i}"]["node"])
+    load(block.edge, params[f"down_0_block_{i}"]["edge"])
+    load(block.node, params[f"down_0_block_{i}"]["node"])
+
+
+def run_torch(num_points: int, seed: int, repeats: int, steps: int, threads: int,
+              check: dict, flag_values: dict) -> dict:
+  """Times the PyTorch peer of the single-level network (in a fresh process)."""
+  FLAGS(["cgfm"] + [f"--{k}={v}" for k, v in flag_values.items() if v is not None])
+  import torch
+
+  torch.set_num_threads(threads)
+  torch.manual_seed(seed)
+  config = base_config(num_points)
+  prob = make_problem(config, seed)
+  ref = make_model(config, None)
+  graph = _torch_graph(prob)
+  x1, cond = torch.from_numpy(prob["x1"]), torch.from_numpy(prob["cond"])
+  (b, n), rss0 = prob["x1"].shape[:2], _rss_kib()
+  net = _torch_net(ref.latent, ref.num_layers, ref.blocks_per_level, ref.cond_frequencies,
+                   prob["nodes"].shape[1], prob["edges"].shape[1])
+  times, loss = _time_torch(net, x1, cond, graph, repeats, steps)
+  rss = _rss_kib() - rss0
+  num_params = sum(p.numel() for p in net.parameters())
+  # Equivalence: load our initial parameters and compare the fields.
+  _load_ours(net, check["params"]["params"])
   with torch.no_grad():
     v = net(torch.from_numpy(check["t"]),
             torch.from_numpy(np.ascontiguousarray(check["xt"])).reshape(b * n, NUM_CHANNELS),
             cond, **graph).reshape(b, n, NUM_CHANNELS).numpy()
-  return {"times": times, "rss_kib": rss, "loss": loss.item(), "num_params": num_params,
+  return {"times": times, "rss_kib": rss, "loss": loss, "num_params": num_params,
           "max_field_diff": float(np.max(np.abs(v - check["v"]))),
           "field_scale": float(np.max(np.abs(check["v"]))),
           "versions": {"torch": torch.__version__, "threads": torch.get_num_threads()}}
@@ -369,7 +439,7 @@ def main(argv):
                    "to run this benchmark")
   flag_values = {"batch_size": FLAGS.batch_size}
   from experiments.configs import cgfm as config_module
-  small = FLAGS.num_points or config_module.get_config("quick").num_points
+  small = FLAGS.num_points or config_module.get_config("quick").data.num_points
   config = base_config(small)
   threads = FLAGS.torch_threads or num_cores()
   sizes = [small] + ([FLAGS.large_points] if FLAGS.large_points != small else [])
@@ -401,13 +471,13 @@ def main(argv):
         f"{peer['field_scale']:.2f}); final loss ours {single['loss']:.3f}, torch "
         f"{peer['loss']:.3f}; compile s: single {single['compile_s']:.1f}, hierarchical "
         f"{hier['compile_s']:.1f}")
-  v = {**single["versions"], **peer["versions"]}
+  v, model = {**single["versions"], **peer["versions"]}, config.model
   print(f"load average {os.getloadavg()}; python {platform.python_version()}, jax {v['jax']} "
         f"({v['backend']}, {threads} cores), torch {v['torch']} ({v['threads']} threads, "
-        f"eager); latent {config.latent}, mlp_layers {config.mlp_layers}, "
-        f"blocks_per_level {config.blocks_per_level} (single-level: "
-        f"{len(config.coarsening_ratios) * 2 + 1} x that), coarsening_ratios "
-        f"{tuple(config.coarsening_ratios)}, batch {config.batch_size}, float32; "
+        f"eager); latent {model.latent}, mlp_layers {model.mlp_layers}, "
+        f"blocks_per_level {model.blocks_per_level} (single-level: "
+        f"{len(model.coarsening_ratios) * 2 + 1} x that), coarsening_ratios "
+        f"{tuple(model.coarsening_ratios)}, batch {config.train.batch_size}, float32; "
         f"median [min-max] of {FLAGS.repeats} blocks of {FLAGS.steps} steps")
   print("\n".join(notes))
   print()

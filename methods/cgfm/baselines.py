@@ -15,5 +15,19 @@ NAIVE_COARSENING = ("random", "voxel")
 
 
 def single_level_blocks(blocks_per_level: int, num_levels: int) -> int:
-  """Blocks a one-level network needs to match a U-shaped one's depth: B (2L - 1)."""
+  """Blocks a one-level network needs to match a U-shaped one's depth: B (2L - 1).
+
+  The U runs B blocks at each of the L levels on the way down and B more at each of
+  the L - 1 finer levels on the way up.
+
+  Args:
+    blocks_per_level: B of the hierarchical network.
+    num_levels: L, its number of levels.
+
+  Returns:
+    B (2L - 1).
+
+  Example:
+    >>> single_level_blocks(1, 3)   # 5
+  """
   return blocks_per_level * (2 * num_levels - 1)

@@ -162,7 +162,18 @@ def _both_directions(a, b):
 
 
 def connected_components(num_nodes: int, senders, receivers) -> np.ndarray:
-  """Component label in [0, C) of every node of the undirected graph: (num_nodes,) int32."""
+  """Component label in [0, C) of every node of the undirected graph: (num_nodes,) int32.
+
+  Args:
+    num_nodes: N.
+    senders, receivers: (E,) edges, read as undirected.
+
+  Returns:
+    (N,) int32 labels; i and j share a label iff a path joins them.
+
+  Example:
+    >>> int(connected_components(n, s, r).max()) + 1   # the number of components
+  """
   senders = np.asarray(senders, np.int64)
   receivers = np.asarray(receivers, np.int64)
   adj = sparse.coo_matrix((np.ones(senders.size, np.int8), (senders, receivers)),
@@ -174,8 +185,19 @@ def connected_components(num_nodes: int, senders, receivers) -> np.ndarray:
 def local_spacing(pos, senders, receivers) -> np.ndarray:
   """h_i: mean length of the (undirected, unique) edges incident to node i. (N,) float64.
 
-  Edges are read as undirected (either or both directions may be given). An isolated
-  node gets the Euclidean distance to its nearest other node (1.0 for a single node).
+  h_i = sum_{j ~ i} |x_i - x_j| / deg(i). Edges are read as undirected (either or both
+  directions may be given). An isolated node gets the Euclidean distance to its
+  nearest other node (1.0 for a single node).
+
+  Args:
+    pos: (N, 2) node coordinates.
+    senders, receivers: (E,) edges.
+
+  Returns:
+    (N,) float64 spacings.
+
+  Example:
+    >>> h = local_spacing(pos, senders, receivers)   # small where the mesh is dense
   """
   pos, senders, receivers, _ = _check_graph(pos, senders, receivers)
   n = pos.shape[0]
@@ -408,8 +430,14 @@ def _coarsen_voxel(pos, boundary, k):
 
 
 def coarsen(pos, senders, receivers, *, ratio: float, method: str = "aware",
-            boundary: np.ndarray | None = None, seed: int = 0) -> CoarseLevel:
-  """One coarsening step of a 2-D mesh graph to about ``ratio * N`` nodes.
+            boundary: np.ndarray | None = None, seed: int) -> CoarseLevel:
+  """One coarsening step of a 2-D mesh graph to about K = round(ratio * N) nodes.
+
+  "aware" (the module docstring's steps 1-4): seeds by a density-adaptive sweep that
+  keeps i unless a kept node of its component lies within r h_i (r searched so about
+  K are kept), clusters by geodesic distance in the metric
+  w_ij = |x_i - x_j| / ((h_i + h_j) / 2), coarse edges between clusters that share a
+  fine edge.
 
   Args:
     pos: (N, 2) node coordinates.
@@ -425,7 +453,7 @@ def coarsen(pos, senders, receivers, *, ratio: float, method: str = "aware",
     within 2 % (random: exactly), "voxel" within 2 % where a cell size achieves it.
 
   Example:
-    >>> level = coarsen(pos, senders, receivers, ratio=0.3, boundary=wall)
+    >>> level = coarsen(pos, senders, receivers, ratio=0.3, boundary=wall, seed=0)
     >>> xc = pool(x, level.assign, level.pos.shape[0])
   """
   if method not in METHODS:
@@ -441,11 +469,24 @@ def coarsen(pos, senders, receivers, *, ratio: float, method: str = "aware",
 
 def build_hierarchy(pos, senders, receivers, *, ratios: Sequence[float],
                     method: str = "aware", boundary=None,
-                    seed: int = 0) -> tuple[CoarseLevel, ...]:
+                    seed: int) -> tuple[CoarseLevel, ...]:
   """Repeated ``coarsen``: level l + 1 coarsens level l with ratios[l] = Nc / Nf.
 
   Level 0 coarsens the input mesh; each later level uses the previous level's pos,
   edges and boundary, and the seed ``seed + l``.
+
+  Args:
+    pos, senders, receivers, boundary: the fine mesh graph, as in ``coarsen``.
+    ratios: Nc / Nf of each step, each in (0, 1).
+    method: "aware", "random" or "voxel", for every step.
+    seed: the seed of step 0 (step l uses ``seed + l``).
+
+  Returns:
+    The ``CoarseLevel`` of each step, finest first (``graphs.build`` takes them).
+
+  Example:
+    >>> levels = build_hierarchy(pos, s, r, ratios=(0.3, 0.3), boundary=wall, seed=0)
+    >>> [len(level.pos) for level in levels]   # about [0.3 N, 0.09 N]
   """
   ratios = tuple(ratios)
   if not ratios:
@@ -465,6 +506,17 @@ def pool(x: Array, assign: Array, num_coarse: int) -> Array:
 
   x (Nf, ...) -> (Nc, ...); empty clusters give 0. ``num_coarse`` must be static
   under jit. vmap over a batch axis of x with ``in_axes=(0, None, None)``.
+
+  Args:
+    x: (Nf, ...) fine values (integers are averaged as float32).
+    assign: (Nf,) the cluster of each fine node (``CoarseLevel.assign``).
+    num_coarse: Nc.
+
+  Returns:
+    (Nc, ...) cluster means.
+
+  Example:
+    >>> xc = pool(x, level.assign, len(level.pos))
   """
   x = jnp.asarray(x)
   if not jnp.issubdtype(x.dtype, jnp.floating):
@@ -477,5 +529,17 @@ def pool(x: Array, assign: Array, num_coarse: int) -> Array:
 
 
 def unpool(xc: Array, assign: Array) -> Array:
-  """Broadcast each coarse value back to its cluster: xc (Nc, ...) -> xc[assign] (Nf, ...)."""
+  """Broadcast each coarse value back to its cluster: xc (Nc, ...) -> xc[assign] (Nf, ...).
+
+  Args:
+    xc: (Nc, ...) coarse values.
+    assign: (Nf,) the cluster of each fine node.
+
+  Returns:
+    (Nf, ...) with x_i = xc[assign[i]]; unpool(pool(x)) is the piecewise-constant
+    projection of x onto the clusters.
+
+  Example:
+    >>> x_smooth = unpool(pool(x, level.assign, len(level.pos)), level.assign)
+  """
   return jnp.take(jnp.asarray(xc), assign, axis=0)

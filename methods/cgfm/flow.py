@@ -35,7 +35,16 @@ Array = jax.Array
 
 
 class Standardizer(NamedTuple):
-  """Per-channel affine maps of states and conditions: z = (x - mean) / std."""
+  """Per-channel affine maps of states and conditions: z = (x - mean) / std.
+
+  Fitted on training data only (`fit`); a zero std is replaced by 1. `states` and
+  `cond` standardise, `unstates` maps generated states back to physical units.
+
+  Example:
+    >>> st = Standardizer.fit(train_states, train_cond)   # (M, N, C), (M, P)
+    >>> z = st.states(train_states); c = st.cond(np.array([85.0]))
+    >>> x = st.unstates(sample(model, params, graph, c, key, num_samples=64))
+  """
   state_mean: np.ndarray  # (C,)
   state_std: np.ndarray   # (C,)
   cond_mean: np.ndarray   # (P,)
@@ -43,7 +52,15 @@ class Standardizer(NamedTuple):
 
   @classmethod
   def fit(cls, states: np.ndarray, cond: np.ndarray) -> "Standardizer":
-    """From training states (M, N, C) and conditions (M, P)."""
+    """Means and stds over states and nodes (per channel) and over states (per condition).
+
+    Args:
+      states: (M, N, C) training states.
+      cond: (M, P) training conditions.
+
+    Returns:
+      The Standardizer, with float32 (C,) and (P,) statistics.
+    """
     states, cond = np.asarray(states, np.float64), np.asarray(cond, np.float64)
     s_std = states.reshape(-1, states.shape[-1]).std(0)
     c_std = cond.std(0)
@@ -64,9 +81,20 @@ class Standardizer(NamedTuple):
 
 def batched_field(model, params, graph: graphs_lib.MultiscaleGraph
                   ) -> Callable[[Array, Array, Array], Array]:
-  """(t (B,), x (B, N, C), cond (B, P)) -> v (B, N, C), zero on padding nodes.
+  """The batched vector field v_theta(t_b, x_b, c_b; G_b), zero on padding nodes.
 
-  `graph` is stacked over the batch (B, ...); the batch runs as one merged graph.
+  Args:
+    model: a `HieraGraphNet`.
+    params: its parameters.
+    graph: padded `MultiscaleGraph`s stacked over the batch (B, ...) (`graphs.broadcast`
+      or `graphs.stack`); the batch runs as one graph (`graphs.merge`).
+
+  Returns:
+    field(t (B,), x (B, N, C), cond (B, P)) -> v (B, N, C), traceable under jit.
+
+  Example:
+    >>> field = batched_field(model, params, graphs.broadcast(padded, 4))
+    >>> v = field(jnp.full(4, 0.5), x, cond)   # x (4, N, 3), cond (4, 1)
   """
   mask = jnp.asarray(graphs_lib.node_mask(graph))[..., None]
   merged = graphs_lib.merge(graph)
@@ -81,11 +109,63 @@ def batched_field(model, params, graph: graphs_lib.MultiscaleGraph
   return field
 
 
+def make_batch_fn(graph: graphs_lib.MultiscaleGraph, states: np.ndarray, cond: np.ndarray,
+                  batch_size: int) -> Callable[[int, int], dict]:
+  """batch_fn(seed, step) for `common.train.train`: a batch as a pure function of (seed, step).
+
+  Batch b draws B training states uniformly with replacement,
+  idx = default_rng([seed, step]).integers(0, M, B), and returns
+  {"graph": graph broadcast to B, "x1": states[idx] zero-padded to N_pad nodes,
+  "cond": cond[idx]}, the batch `make_loss_fn` takes.
+
+  Args:
+    graph: one padded `MultiscaleGraph` (no batch axis), shared by every sample.
+    states: (M, N, C) standardised training states on the N real nodes.
+    cond: (M, P) standardised conditions.
+    batch_size: B.
+
+  Returns:
+    batch_fn(seed, step) -> dict of host arrays.
+
+  Example:
+    >>> batch_fn = make_batch_fn(graph, z_states, z_cond, batch_size=8)
+    >>> batch = batch_fn(0, 0)   # batch["x1"].shape == (8, N_pad, 3)
+  """
+  n_pad = graph.levels[0].nodes.shape[0]
+  padded = np.zeros((len(states), n_pad, states.shape[-1]), np.float32)
+  padded[:, :states.shape[1]] = states
+  batch_graph = graphs_lib.broadcast(graph, batch_size)
+
+  def batch_fn(seed: int, step: int):
+    idx = np.random.default_rng([seed, step]).integers(0, len(states), batch_size)
+    return {"graph": batch_graph, "x1": padded[idx], "cond": cond[idx]}
+
+  return batch_fn
+
+
 def make_loss_fn(model, *, t_max: float = 1.0) -> Callable:
   """loss_fn(params, batch, key) -> (loss, {}) for `common.train.train`.
 
-  The loss is the CFM regression error per real node and channel (so its scale does
-  not depend on the mesh size).
+  With X0 ~ N(0, I) on the real nodes, t ~ U(0, t_max) per sample and
+  X_t = (1 - t) X0 + t X1 (`flow_matching.losses.cfm_loss`, linear path),
+
+      loss = sum_{b, i real, c} |v_theta(t_b, X_t, c_b; G)_{ic} - (X1 - X0)_{ic}|^2
+             / (B * mean_b(#real nodes) * C),
+
+  the CFM regression error per real node and channel, so its scale does not depend
+  on the mesh size or the padding.
+
+  Args:
+    model: a `HieraGraphNet`.
+    t_max: the upper end of the time distribution.
+
+  Returns:
+    loss_fn(params, {"graph": stacked padded graphs, "x1": (B, N, C), "cond": (B, P)},
+    key) -> (scalar loss, {}).
+
+  Example:
+    >>> loss_fn = make_loss_fn(model)
+    >>> loss, _ = loss_fn(params, batch_fn(0, 0), jax.random.PRNGKey(0))
   """
 
   def loss_fn(params, batch, key):
@@ -107,9 +187,25 @@ def make_loss_fn(model, *, t_max: float = 1.0) -> Callable:
 def sample(model, params, graph: graphs_lib.MultiscaleGraph, cond: Array, key: Array, *,
            num_samples: int, num_steps: int = 32, solver: str = "euler",
            dtype=jnp.float32) -> Array:
-  """num_samples states (S, N_0, C) at one (standardised) condition cond (P,).
+  """Samples of p(x | c): integrates dX/dt = v_theta(t, X, c; G) from X0 ~ N(0, I) to t = 1.
 
-  `graph` is one padded MultiscaleGraph (no batch axis), shared by all samples.
+  Args:
+    model: a `HieraGraphNet`.
+    params: its parameters.
+    graph: one padded `MultiscaleGraph` (no batch axis), shared by every sample.
+    cond: (P,) standardised condition.
+    key: draws X0 (zero on padding nodes).
+    num_samples: S.
+    num_steps: solver steps (`flow_matching.sample_ode`).
+    solver: "euler", "heun" or "dopri5".
+    dtype: of X0 and the integration.
+
+  Returns:
+    (S, N_0, C) standardised states (zero on padding nodes).
+
+  Example:
+    >>> z = sample(model, params, padded, st.cond(np.array([85.0])), key, num_samples=64)
+    >>> states = st.unstates(np.asarray(z)[:, :num_real_nodes])
   """
   n, c = graph.levels[0].nodes.shape[0], model.out_dim
   mask = jnp.asarray(graphs_lib.node_mask(graph))[None, :, None].astype(dtype)

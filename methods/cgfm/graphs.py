@@ -29,6 +29,13 @@ import numpy as np
 
 
 class MultiscaleGraph(NamedTuple):
+  """The levels of a mesh hierarchy and the maps between them (see the module doc).
+
+  Attributes:
+    levels: one `jraph.GraphsTuple` per level, finest first.
+    assign: (N_l,) int32 per level but the last: the coarse node each node pools into.
+    cross: (N_l, 3) float32 per level but the last: [dx, dy, |d|] / s to that node.
+  """
   levels: tuple[jraph.GraphsTuple, ...]
   assign: tuple[np.ndarray, ...]
   cross: tuple[np.ndarray, ...]
@@ -69,6 +76,11 @@ def build(pos: np.ndarray, senders: np.ndarray, receivers: np.ndarray,
   Returns:
     The MultiscaleGraph. Coarse nodes carry [x / L, y / L, boundary] as features,
     with L the half extent of the mesh.
+
+  Example:
+    >>> coarse = coarsening.build_hierarchy(pos, s, r, ratios=(0.3, 0.3), seed=0)
+    >>> graph = build(pos, s, r, node_features, coarse)
+    >>> padded = pad(graph, *padded_sizes(graph))
   """
   pos = np.asarray(pos, np.float64)
   if pos.ndim != 2 or pos.shape[1] != 2:
@@ -107,7 +119,18 @@ def build(pos: np.ndarray, senders: np.ndarray, receivers: np.ndarray,
 
 def padded_sizes(graph: MultiscaleGraph, multiple: int = 32) -> tuple[tuple[int, ...],
                                                                        tuple[int, ...]]:
-  """Node and edge budgets per level: the real size plus one, rounded up to `multiple`."""
+  """Node and edge budgets per level: n -> ceil((n + 1) / multiple) * multiple.
+
+  Args:
+    graph: an unpadded MultiscaleGraph.
+    multiple: the rounding (fewer distinct shapes, fewer recompilations).
+
+  Returns:
+    (node budgets, edge budgets), one per level, for `pad`.
+
+  Example:
+    >>> padded = pad(graph, *padded_sizes(graph, multiple=64))
+  """
   up = lambda n: int(-(-(n + 1) // multiple) * multiple)
   nodes = tuple(up(int(np.sum(g.n_node))) for g in graph.levels)
   edges = tuple(up(int(np.sum(g.n_edge))) for g in graph.levels)
@@ -115,7 +138,22 @@ def padded_sizes(graph: MultiscaleGraph, multiple: int = 32) -> tuple[tuple[int,
 
 
 def pad(graph: MultiscaleGraph, n_node: Sequence[int], n_edge: Sequence[int]) -> MultiscaleGraph:
-  """Pads every level to (n_node[l], n_edge[l]) with `jraph.pad_with_graphs` (2 graphs)."""
+  """Pads every level to (n_node[l], n_edge[l]) with `jraph.pad_with_graphs` (2 graphs).
+
+  Padding nodes of level l pool into the last (padding) node of level l + 1 with
+  zero cross features, so no real node receives a message from padding.
+
+  Args:
+    graph: an unpadded MultiscaleGraph.
+    n_node, n_edge: per-level budgets; n_node[l] must exceed the real node count.
+
+  Returns:
+    The padded MultiscaleGraph (numpy arrays of static shapes).
+
+  Example:
+    >>> padded = pad(graph, *padded_sizes(graph))
+    >>> mask = node_mask(padded)   # True on the real mesh nodes
+  """
   if len(n_node) != graph.num_levels or len(n_edge) != graph.num_levels:
     raise ValueError(f"need one node and edge budget per level ({graph.num_levels}), got "
                      f"{len(n_node)} and {len(n_edge)}")
@@ -143,14 +181,33 @@ def node_mask(graph: MultiscaleGraph) -> jax.Array:
   """(N_0,) True on the real mesh nodes, False on padding ((B, N_0) if stacked).
 
   The first graph of each padded sample is the real one (`jraph.pad_with_graphs`
-  appends the padding graph), so its node count marks the real nodes.
+  appends the padding graph), so mask_i = [i < n_node[0]].
+
+  Args:
+    graph: a padded MultiscaleGraph, or a batch of them stacked.
+
+  Returns:
+    Boolean (N_0,) or (B, N_0).
+
+  Example:
+    >>> x = x * node_mask(padded)[:, None]   # zero the padding nodes
   """
   g = graph.levels[0]
   return jnp.arange(g.nodes.shape[-2]) < jnp.asarray(g.n_node)[..., :1]
 
 
 def stack(graphs: Sequence[MultiscaleGraph]) -> MultiscaleGraph:
-  """Stacks equally padded graphs along a new leading (batch) axis."""
+  """Stacks equally padded graphs along a new leading (batch) axis.
+
+  Args:
+    graphs: MultiscaleGraphs padded to the same budgets.
+
+  Returns:
+    One MultiscaleGraph whose arrays have a leading axis of len(graphs).
+
+  Example:
+    >>> batch_graph = stack([pad(g, n, e) for g in meshes])
+  """
   return jax.tree.map(lambda *xs: np.stack(xs), *graphs)
 
 
@@ -161,6 +218,15 @@ def merge(stacked: MultiscaleGraph) -> MultiscaleGraph:
   (senders, receivers, assign) are offset by b N_l (or b N_{l+1}), and n_node/n_edge
   list all B x 2 graphs (each sample's real graph, then its padding graph). Works on
   traced arrays, so a model can run one gather/scatter per block over the whole batch.
+
+  Args:
+    stacked: padded MultiscaleGraphs stacked along a leading axis of size B.
+
+  Returns:
+    The merged MultiscaleGraph (2B graphs per level).
+
+  Example:
+    >>> merged = merge(broadcast(padded, 8))
   """
   b = stacked.levels[0].n_node.shape[0]
   flat = lambda a: jnp.reshape(a, (-1,) + tuple(a.shape[2:]))
@@ -178,7 +244,18 @@ def merge(stacked: MultiscaleGraph) -> MultiscaleGraph:
 
 
 def broadcast(graph: MultiscaleGraph, batch_size: int) -> MultiscaleGraph:
-  """The same graph repeated along a new leading axis (a batch on one mesh)."""
+  """The same graph repeated along a new leading axis (a batch on one mesh).
+
+  Args:
+    graph: one padded MultiscaleGraph.
+    batch_size: B.
+
+  Returns:
+    A stacked MultiscaleGraph (host arrays stay numpy, without copies).
+
+  Example:
+    >>> batch = {"graph": broadcast(padded, 8), "x1": x1, "cond": cond}
+  """
   def rep(x):
     xp = np if isinstance(x, np.ndarray) else jnp  # host arrays stay on the host
     return xp.broadcast_to(x, (batch_size,) + tuple(x.shape))

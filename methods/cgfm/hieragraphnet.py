@@ -35,7 +35,20 @@ from methods.flow_matching.networks import time_features
 
 
 def condition_features(cond: jax.Array, num_frequencies: int) -> jax.Array:
-  """psi(c) = [c, sin(pi k c), cos(pi k c)], k = 1..K, for a standardised condition c (P,)."""
+  """psi(c) = [c, sin(pi k c), cos(pi k c)], k = 1..K, for a standardised condition c (P,).
+
+  Low frequencies keep the field smooth in c, so it interpolates between conditions.
+
+  Args:
+    cond: (P,) standardised condition.
+    num_frequencies: K.
+
+  Returns:
+    (P (1 + 2K),) features: c, then the sines (k-major per entry), then the cosines.
+
+  Example:
+    >>> condition_features(jnp.array([0.3]), 2)   # [0.3, sin(.3 pi), sin(.6 pi), cos.., cos..]
+  """
   k = jnp.arange(1, num_frequencies + 1, dtype=cond.dtype)
   ang = jnp.pi * cond[:, None] * k[None, :]
   return jnp.concatenate([cond, jnp.sin(ang).ravel(), jnp.cos(ang).ravel()])
@@ -51,6 +64,12 @@ class HieraGraphNet(nn.Module):
     num_layers: hidden layers in every MLP.
     out_dim: channels of the output field.
     cond_frequencies: K in psi(c).
+
+  Example:
+    >>> model = HieraGraphNet(latent=32, blocks_per_level=1, num_layers=1)
+    >>> x = jnp.zeros((padded.levels[0].nodes.shape[0], 3))
+    >>> params = model.init(key, padded, 0.0, x, jnp.zeros(1))
+    >>> v = model.apply(params, padded, 0.5, x, jnp.array([0.2]))   # (N_0, 3)
   """
   latent: int = 64
   blocks_per_level: int = 2

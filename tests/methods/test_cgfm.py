@@ -7,7 +7,7 @@ import pytest
 import scipy.stats
 from scipy.spatial import Delaunay
 
-from methods.cgfm import coarsening, flow, graphs, hieragraphnet, metrics
+from methods.cgfm import coarsening, flow, graphs, hieragraphnet, metrics, variants
 
 
 def _mesh(n=160, seed=0):
@@ -254,6 +254,59 @@ def test_merged_batch_equals_per_sample(params, padded):
   assert np.all(out[:, 160:] == 0)
 
 
+def test_model_variants_and_their_depth():
+  assert variants.model_variants(("random", "voxel")) == {
+      "cgfm": "aware", "naive_random": "random", "naive_voxel": "voxel", "single_level": None}
+  sizes = dict(latent=8, blocks_per_level=2, num_layers=1, num_levels=3)
+  assert variants.variant_model("aware", **sizes).blocks_per_level == 2
+  assert variants.variant_model(None, **sizes).blocks_per_level == 2 * (2 * 3 - 1)
+
+
+def test_node_features_and_variant_graphs():
+  pos, s, r, _ = _mesh(120, seed=4)
+  node_type = (np.abs(pos).max(1) > 0.9).astype(np.int32)  # a "wall" rim
+  feats = variants.node_features(pos, node_type)
+  extent = 0.5 * np.max(pos.max(0) - pos.min(0))
+  np.testing.assert_array_equal(feats[:, :5], np.eye(5)[node_type])
+  np.testing.assert_allclose(feats[:, 5:], pos / extent, rtol=1e-6)
+  single = variants.variant_graph(pos, s, r, node_type, method=None, ratios=(0.3,), seed=0)
+  aware = variants.variant_graph(pos, s, r, node_type, method="aware", ratios=(0.3,), seed=0)
+  assert single.num_levels == 1 and aware.num_levels == 2
+  for g in (single, aware):  # padded: real nodes first, then padding
+    assert int(np.asarray(graphs.node_mask(g)).sum()) == 120
+    np.testing.assert_array_equal(g.levels[0].nodes[:120], feats)
+  # The coarse level marks clusters holding a boundary (non-NORMAL) node.
+  level = coarsening.build_hierarchy(pos, s, r, ratios=(0.3,), boundary=node_type != 0,
+                                     seed=0)[0]
+  np.testing.assert_array_equal(aware.levels[1].nodes[:len(level.pos), -1], level.boundary)
+
+
+def test_batch_fn_is_a_pure_function_of_seed_and_step(padded):
+  rng = np.random.default_rng(0)
+  states = rng.normal(size=(10, 160, 3)).astype(np.float32)
+  cond = np.arange(10, dtype=np.float32)[:, None]
+  batch_fn = flow.make_batch_fn(padded, states, cond, batch_size=4)
+  a, b, c = batch_fn(0, 5), batch_fn(0, 5), batch_fn(0, 6)
+  np.testing.assert_array_equal(a["x1"], b["x1"])
+  assert not np.array_equal(a["x1"], c["x1"])
+  n_pad = padded.levels[0].nodes.shape[0]
+  assert a["x1"].shape == (4, n_pad, 3) and np.all(a["x1"][:, 160:] == 0)
+  idx = a["cond"][:, 0].astype(int)  # cond[i] = i names the drawn state
+  np.testing.assert_array_equal(a["x1"][:, :160], states[idx])
+  assert a["graph"].levels[0].nodes.shape == (4,) + padded.levels[0].nodes.shape
+
+
+def test_region_errors_is_field_errors_per_region():
+  rng = np.random.default_rng(1)
+  ref, gen = rng.normal(size=(40, 12, 3)), rng.normal(0.2, 1.1, (30, 12, 3))
+  wake = np.arange(12) < 5
+  scale = np.array([1.0, 2.0, 0.5])
+  errs = metrics.region_errors(ref, gen, {"all": None, "wake": wake}, scale)
+  assert list(errs) == ["all", "wake"]
+  assert errs["all"] == metrics.field_errors(ref, gen, scale=scale)
+  assert errs["wake"] == metrics.field_errors(ref, gen, wake, scale=scale)
+
+
 _DATA_PARALLEL = r"""
 import jax, jax.numpy as jnp, numpy as np
 from common import sharding
@@ -266,7 +319,7 @@ tri = Delaunay(pos).simplices
 e = np.unique(np.sort(np.concatenate([tri[:, [0, 1]], tri[:, [1, 2]], tri[:, [2, 0]]]), 1), axis=0)
 s, r = np.concatenate([e[:, 0], e[:, 1]]), np.concatenate([e[:, 1], e[:, 0]])
 g = graphs.build(pos, s, r, pos.astype(np.float32),
-                 coarsening.build_hierarchy(pos, s, r, ratios=(0.3,)))
+                 coarsening.build_hierarchy(pos, s, r, ratios=(0.3,), seed=0))
 g = graphs.pad(g, *graphs.padded_sizes(g))
 model = hieragraphnet.HieraGraphNet(latent=16, blocks_per_level=1, num_layers=1)
 n = g.levels[0].nodes.shape[0]

@@ -18,24 +18,55 @@ import time
 
 from experiments import cgfm as experiment
 from experiments.configs import cgfm as configs
+from methods import cgfm
 
 
 def test_hierarchy_beats_single_level_on_the_heldout_wake(tmp_path):
   config = configs.get_config("tiny")
+  variants = cgfm.model_variants(config.model.naive_coarsening)
   result = experiment.run(config, str(tmp_path))
   f = result.figures
   assert all(math.isfinite(v) for v in f.values()), f
-  for name in experiment.model_variants(config):
+  for name in variants:
     assert f[f"{name}/final_loss"] < 1.0, (name, f[f"{name}/final_loss"])
   assert f["cgfm/heldout/wake/w1"] < f["single_level/heldout/wake/w1"], f
   # The perfect-sampler floor (later snapshots of the same flow) is below every model.
-  for name in experiment.model_variants(config):
+  for name in variants:
     assert f["floor/heldout/all/w1"] < f[f"{name}/heldout/all/w1"], (name, f)
   assert len(result.claims) == 4 and (tmp_path / "fields.png").exists()
-  # Resumable: every model's row was logged; a rerun reads them back without training.
+  assert (tmp_path / "stages" / "flow.npz").exists()
+  assert (tmp_path / "stages" / "oracle.npz").exists()
+  # Resumable: every model's row was logged; a rerun reads them back without training
+  # (and the data and snapshots from their stages without simulating).
   rows = [json.loads(line) for line in (tmp_path / "trials.jsonl").read_text().splitlines()]
-  assert sorted(r["model"] for r in rows) == sorted(experiment.model_variants(config))
+  assert sorted(r["model"] for r in rows) == sorted(variants)
   start = time.time()
   again = experiment.run(config, str(tmp_path))
-  assert again.figures == result.figures
+  assert again.figures == result.figures and again.claims == result.claims
   assert time.time() - start < 30
+
+
+def _row(w1_all, w1_wake, mean_rel, std_rel, train_w1):
+  return {"heldout/all/w1": w1_all, "heldout/wake/w1": w1_wake,
+          "heldout/all/mean_rel": mean_rel, "heldout/all/std_rel": std_rel,
+          "train/all/w1": train_w1}
+
+
+def test_claim_table_verdicts():
+  """Each row's verdict follows its comparison; a single failing baseline fails it."""
+  spreads = {"cgfm": {"heldout/all/w1": 0.01, "heldout/wake/w1": 0.02}}
+  floor = {"all": {"w1": 0.05}, "wake": {"w1": 0.06}}
+  rows = {"cgfm": _row(0.2, 0.2, 0.2, 0.2, 0.2),
+          "naive_random": _row(0.3, 0.4, 0.3, 0.3, 0.21),
+          "single_level": _row(0.25, 0.3, 0.25, 0.25, 0.22)}
+  checks = experiment.claims(rows, spreads, floor, seeds=2)
+  assert [c.reproduced for c in checks] == [True, True, True, True]
+  assert "mean of 2 training seeds" in checks[0].claim
+  assert checks[0].our_figure.startswith(
+      "CGFM W1 0.200 ± 0.010 all, 0.200 ± 0.020 wake (a perfect sampler: 0.050 / 0.060); "
+      "naive_random/cgfm 1.50x all, 2.00x wake")
+  # single_level ties cgfm in the std field and is better in the wake than overall.
+  rows["single_level"] = _row(0.25, 0.22, 0.25, 0.2, 0.3)
+  checks = experiment.claims(rows, spreads, {}, seeds=1)
+  assert [c.reproduced for c in checks] == [True, False, False, False]
+  assert "perfect sampler" not in checks[0].our_figure
