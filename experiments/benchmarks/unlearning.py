@@ -4,16 +4,17 @@
       [--repeats=3] [--forget=0] [--methods=hessian_cg,gradient]
 
 The MLP (hidden widths --hidden, 10 outputs, GELU) is trained on the five split-digits
-tasks in sequence on the stage objective (1) (methods/unlearning/continual.py, lam and
-mu from the quick config), each stage --steps full-batch Adam steps on the shared loop
-`common.train`. Then task --forget (0-based; 0 = the oldest, the most expensive to
+tasks in sequence on the stage objective (1) (methods/unlearning/objective.py,
+objective.lam / objective.mu and the Adam rate mlp.lr from the quick config), each stage
+--steps full-batch Adam steps on the shared loop `common.train`
+(`methods.unlearning.loop_stage_fitter`). Then task --forget (0-based; 0 = the oldest, the most expensive to
 retrain) is forgotten:
 
   * retrain oracle: the same Adam stages refitted for tasks forget+1..T from the
     checkpoint theta_forget (the cheapest honest retrain); each stage on the shared loop
     in a fresh workdir (so its final orbax checkpoint is part of its cost);
   * each method of --methods: `methods.unlearning.unlearn` with the quick config's
-    newton_steps / grad_steps / cg_iters, jit-compiled, compilation excluded by one
+    unlearn.newton_steps / grad_steps / cg_iters, jit-compiled, compilation excluded by one
     untimed warm-up request; the timed region ends with `block_until_ready`.
 
 Only matrix-free methods are offered at this size: the Gauss-Newton matrix of an MLP
@@ -49,6 +50,7 @@ flags.DEFINE_list("methods", ["hessian_cg", "gradient"],
 flags.DEFINE_integer("seed", 0, "Seed of the split, the initialisation and the loop.")
 
 ALLOWED = ("hessian_cg", "gradient")
+NUM_TASKS = 5
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -75,60 +77,85 @@ def _fmt(times) -> str:
   return f"{np.median(times):.3f} [{min(times):.3f}-{max(times):.3f}]"
 
 
+def _timed(fn, *args, **kwargs):
+  start = time.perf_counter()
+  out = fn(*args, **kwargs)
+  jax.block_until_ready(jax.tree.leaves(out))
+  return out, time.perf_counter() - start
+
+
+def train_mlp(config, workdir: str):
+  """(objective, the fitter, the split-digits train tasks, theta_0..theta_T) of the MLP."""
+  import optax  # pylint: disable=import-outside-toplevel
+  from common.data import digits  # pylint: disable=import-outside-toplevel
+  from common.models.mlp import MLP  # pylint: disable=import-outside-toplevel
+  from methods import unlearning as ul  # pylint: disable=import-outside-toplevel
+
+  split, _ = digits.split_digits(config.data.test_fraction, config.seed)
+  tasks = ul.pad_tasks([(t.flat.astype(np.float32), t.labels)
+                        for t in digits.pair_tasks(split)])
+  net = MLP((*config.mlp.hidden, 10))
+  obj = ul.Objective(net.apply, "softmax_ce", config.objective.lam, config.objective.mu)
+  fit = ul.loop_stage_fitter(obj, optax.adam(config.mlp.lr), config.train, workdir)
+  init = net.init(jax.random.PRNGKey(config.seed), tasks[0].x[:1])
+  return obj, fit, tasks, ul.train_sequence(fit, init, tasks)
+
+
+def measure(config, workdir: str, k: int) -> tuple[dict, dict, object, tuple]:
+  """({side: [seconds per repeat]}, {method: Unlearned}, theta'_T, anchors)."""
+  from methods import unlearning as ul  # pylint: disable=import-outside-toplevel
+
+  start = time.perf_counter()
+  obj, fit, tasks, anchors = train_mlp(config, workdir)
+  print(f"parameters d = {ul.objective.num_params(anchors[-1])}; original sequence trained "
+        f"in {time.perf_counter() - start:.1f} s", flush=True)
+  plans = {m: ul.method_plan(m, NUM_TASKS, linear=False) for m in config.methods}
+  states = ul.build_states(obj, anchors, tasks, plans)
+  retained, key = ul.forget_task(tasks, k), jax.random.PRNGKey(config.seed)
+  u = config.unlearn
+  cfg = ul.UnlearnConfig(grad_steps=u.grad_steps, newton_steps=u.newton_steps,
+                         smoothness="power", cg_iters=u.cg_iters)
+  request = lambda m: ul.unlearn(obj, states[m], retained, k, plans[m], config=cfg, key=key)
+  for m in plans:  # warm-up: compilation, untimed
+    request(m)
+  times, outputs = {"retrain": [], **{m: [] for m in plans}}, {}
+  for r in range(FLAGS.repeats):
+    target, seconds = _timed(ul.baselines.retrain, fit.fresh(), anchors, retained, k)
+    times["retrain"].append(seconds)
+    for m in plans:
+      outputs[m], seconds = _timed(request, m)
+      times[m].append(seconds)
+    print(f"  repeat {r + 1}: " + ", ".join(f"{s} {t[-1]:.3f}s" for s, t in times.items()),
+          flush=True)
+  return times, outputs, target, anchors
+
+
 def main(argv):
   del argv
-  from experiments import unlearning as exp  # pylint: disable=import-outside-toplevel
   from experiments.configs import unlearning as configs  # pylint: disable=import-outside-toplevel
-  from methods import unlearning as ul  # pylint: disable=import-outside-toplevel
-  from methods.unlearning import baselines  # pylint: disable=import-outside-toplevel
   from methods.unlearning import metrics  # pylint: disable=import-outside-toplevel
 
   config = configs.get_config("quick")
-  with config.unlocked():
-    config.mlp_hidden = tuple(int(h) for h in FLAGS.hidden)
-    config.mlp_steps = FLAGS.steps
-    config.seed = FLAGS.seed
-    config.methods = tuple(FLAGS.methods)
+  config.mlp.hidden = tuple(int(h) for h in FLAGS.hidden)
+  config.train.num_steps = config.train.log_every = FLAGS.steps
+  config.seed = FLAGS.seed
+  config.methods = tuple(FLAGS.methods)
   k = FLAGS.forget
-  print(f"# unlearning benchmark: MLP {config.mlp_hidden}, {FLAGS.steps} Adam steps/stage, "
+  print(f"# unlearning benchmark: MLP {config.mlp.hidden}, {FLAGS.steps} Adam steps/stage, "
         f"forget task {k + 1} of 5, repeats={FLAGS.repeats}, seed={FLAGS.seed}", flush=True)
   print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, jax {jax.__version__} "
         f"({jax.default_backend()})", flush=True)
   with tempfile.TemporaryDirectory() as workdir, jax.enable_x64(False):
-    start = time.perf_counter()
-    obj, fit, train, test, anchors, smoothness = exp.setup("mlp", config, workdir)
-    print(f"parameters d = {ul.continual.num_params(anchors[-1])}; original sequence trained "
-          f"in {time.perf_counter() - start:.1f} s", flush=True)
-    plans = {m: exp.plan_for(m, "mlp", config) for m in config.methods}
-    states = exp.build_states(obj, anchors, train, plans)
-    retained = exp._forget_all(train, k)  # pylint: disable=protected-access
-    cfg = ul.UnlearnConfig(grad_steps=int(config.grad_steps),
-                           newton_steps=int(config.newton_steps), smoothness=smoothness,
-                           cg_iters=int(config.cg_iters), seed=int(config.seed))
-    for m, plan in plans.items():  # warm-up: compilation, untimed
-      ul.unlearn(obj, states[m], retained, k, plan, config=cfg)
-    fit.fresh = True
-    times = {"retrain": []}
-    times.update({m: [] for m in plans})
-    outputs = {}
-    for r in range(FLAGS.repeats):
-      target, seconds = exp._timed(baselines.retrain, fit, anchors, retained, k)  # pylint: disable=protected-access
-      times["retrain"].append(seconds)
-      for m, plan in plans.items():
-        out, seconds = exp._timed(ul.unlearn, obj, states[m], retained, k, plan, config=cfg)  # pylint: disable=protected-access
-        times[m].append(seconds)
-        outputs[m] = out
-      print(f"  repeat {r + 1}: " + ", ".join(f"{s} {t[-1]:.3f}s" for s, t in times.items()),
-            flush=True)
+    times, outputs, target, anchors = measure(config, workdir, k)
   base = np.median(times["retrain"])
-  dist0 = np.sqrt(metrics.squared_distance(anchors[-1], target))
   print()
   print("| side | median s [min-max] | speed-up retrain/side | ||theta - theta_retrain|| |")
   print("|---|---:|---:|---:|")
   print(f"| retrain (tasks {k + 2}..5) | {_fmt(times['retrain'])} | 1.00 | 0 |")
-  for m in plans:
-    dist = np.sqrt(metrics.squared_distance(outputs[m].params, target))
+  for m, out in outputs.items():
+    dist = np.sqrt(metrics.squared_distance(out.params, target))
     print(f"| {m} | {_fmt(times[m])} | {base / np.median(times[m]):.1f} | {dist:.3g} |")
+  dist0 = np.sqrt(metrics.squared_distance(anchors[-1], target))
   print(f"| original model (no unlearning) | - | - | {dist0:.3g} |")
 
 

@@ -1,30 +1,54 @@
 """Certified unlearning in continual learning: split digits, logistic regression and an MLP.
 
-Launch:
+Launch (presets quick, tiny and paper; dotted keys override nested ones):
   python -m experiments.main --config=experiments/configs/unlearning.py:quick \
       --workdir=results/unlearning
+  python -m experiments.main --config=experiments/configs/unlearning.py:tiny \
+      --workdir=/tmp/unlearning_tiny --config.unlearn.newton_steps=5
   python -m experiments.main --config=experiments/configs/unlearning.py:paper \
-      --workdir=/tmp/unlearning_paper
+      --workdir=/tmp/unlearning_paper --config.train.num_steps=5000
 
 Tasks are scikit-learn's bundled digits split into the pairs {0,1}, ..., {8,9}; each is
-trained in turn on the stage objective (1) of methods/unlearning/continual.py with
-anchor strength `lam` and ridge `mu`. `image_pool` > 1 average-pools the 8x8 images
-(2: 4x4 = 16 pixels) for a smaller model (the tiny preset). Every task in `forget_tasks` (0-based) is
-forgotten in turn, with every method in `methods`; the noise is calibrated for
-(epsilon, delta) with the classic Gaussian mechanism (epsilon < 1).
+trained in turn on the stage objective (1) of methods/unlearning/objective.py with
+anchor strength `objective.lam` and ridge `objective.mu`. `data.image_pool` > 1
+average-pools the 8x8 images (2: 4x4 = 16 pixels) for a smaller model (the tiny
+preset). Every task in `forget_tasks` (0-based) is forgotten in turn, with every method
+in `methods`; the noise is calibrated for (`certificate.epsilon`, `certificate.delta`)
+with the classic Gaussian mechanism (epsilon < 1), and the noisy metrics average
+`certificate.noise_draws` releases.
 
 Methods: "hessian" (stored full Hessian for logistic, Gauss-Newton for the MLP),
 "hessian_diag" (stored diagonal majorizer), "hessian_cg" (Hessian-/GGN-vector products
 with conjugate gradients), "hessian_lissa" (LiSSA, logistic only), "gradient"
 (descent-to-delete, nothing stored but checkpoints), "hybrid" (full curvature for the
-`hybrid_full_tasks` most recent tasks, `hybrid_rest` elsewhere).
+`unlearn.hybrid_full_tasks` most recent tasks, `unlearn.hybrid_rest` elsewhere).
+
+Sub-configs:
+  data         test_fraction, image_pool
+  objective    lam, mu
+  certificate  epsilon, delta, noise_draws
+  unlearn      newton_steps, grad_steps (per stage), cg_iters, lissa_depth,
+               hybrid_full_tasks, hybrid_rest
+  newton       tol, max_iters: the Newton solver of the logistic stages (and R*)
+  mlp          hidden (widths), lr (Adam)
+  train        the shared loop's settings for the MLP stages (`common.train`):
+               num_steps Adam steps per stage; batch_size is replaced by the task's
+               size (every stage is full-batch)
 """
 
 from common import config as config_lib
+from common import train as train_lib
 
 MODELS = ("logistic", "mlp")
 METHODS = ("hessian", "hessian_diag", "hessian_cg", "hessian_lissa", "gradient", "hybrid")
 HYBRID_REST = ("diag", "gradient")
+
+
+def _train(**overrides):
+  config = train_lib.default_train_config()
+  config.update(overrides)
+  return config
+
 
 BASE = dict(
     method="unlearning",
@@ -32,39 +56,31 @@ BASE = dict(
     x64=True,
     models=MODELS,
     methods=METHODS,
-    test_fraction=0.25,
-    image_pool=1,
     forget_tasks=(0, 1, 2, 3, 4),
-    lam=1.0,
-    mu=0.1,
-    epsilon=0.5,
-    delta=1e-5,
-    noise_draws=4,
-    newton_steps=5,
-    grad_steps=5,
-    cg_iters=100,
-    lissa_depth=200,
-    hybrid_full_tasks=2,
-    hybrid_rest="diag",
-    newton_tol=1e-9,
-    newton_max_iters=50,
-    mlp_hidden=(32,),
-    mlp_steps=400,
-    mlp_lr=1e-2,
+    data=dict(test_fraction=0.25, image_pool=1),
+    objective=dict(lam=1.0, mu=0.1),
+    certificate=dict(epsilon=0.5, delta=1e-5, noise_draws=4),
+    unlearn=dict(newton_steps=5, grad_steps=5, cg_iters=100, lissa_depth=200,
+                 hybrid_full_tasks=2, hybrid_rest="diag"),
+    newton=dict(tol=1e-9, max_iters=50),
+    mlp=dict(hidden=(32,), lr=1e-2),
+    train=_train(num_steps=400, checkpoint_every=0, log_every=400, progress_bar=False,
+                 nan_guard=False),
 )
 
 PRESETS = {
-    # CPU, about 3 minutes: what `make reproduce` runs.
+    # CPU, about 4 minutes: what `make reproduce` runs.
     "quick": {},
     # Paper scale, for accelerators: a wider MLP (d = 9738; its Gauss-Newton matrix is
     # 380 MB per task in float32) trained longer per stage, and longer CG solves. For
     # wider MLPs, keep only the matrix-free methods: --config.methods="('hessian_cg',
     # 'gradient')" (the benchmark runs d = 85k that way).
-    "paper": dict(mlp_hidden=(128,), mlp_steps=3000, cg_iters=300, noise_draws=16),
+    "paper": {"mlp.hidden": (128,), "train.num_steps": 3000, "train.log_every": 3000,
+              "unlearn.cg_iters": 300, "certificate.noise_draws": 16},
     # Seconds: what the claim test runs.
-    "tiny": dict(models=("logistic",), forget_tasks=(0, 3, 4), image_pool=2,
-                 methods=("hessian", "hessian_cg", "gradient", "hybrid"), newton_steps=3,
-                 grad_steps=3),
+    "tiny": {"models": ("logistic",), "forget_tasks": (0, 3, 4), "data.image_pool": 2,
+             "methods": ("hessian", "hessian_cg", "gradient", "hybrid"),
+             "unlearn": dict(newton_steps=3, grad_steps=3)},
 }
 
 
@@ -77,27 +93,22 @@ def validate(config) -> None:
   c = config_lib
   c.subset_of(config, "models", MODELS)
   c.subset_of(config, "methods", METHODS)
-  c.in_range(config, "test_fraction", 0.0, 1.0)
-  c.one_of(config, "image_pool", (1, 2, 4))
   c.sequence_of(config, "forget_tasks", lambda v: isinstance(v, int) and 0 <= v < 5,
                 "task indices in 0..4")
-  c.positive(config, "lam")
-  c.positive(config, "mu")
-  c.in_range(config, "epsilon", 0.0, 1.0)
-  c.in_range(config, "delta", 0.0, 1.0)
-  c.positive_int(config, "noise_draws")
-  c.positive_int(config, "newton_steps")
-  c.positive_int(config, "grad_steps")
-  c.positive_int(config, "cg_iters")
-  c.positive_int(config, "lissa_depth")
-  if (isinstance(config.hybrid_full_tasks, bool) or not isinstance(config.hybrid_full_tasks, int)
-      or not 0 <= config.hybrid_full_tasks <= 5):
-    raise c.ConfigError(f"config.hybrid_full_tasks={config.hybrid_full_tasks!r} is invalid: "
-                        "expected an integer in 0..5")
-  c.one_of(config, "hybrid_rest", HYBRID_REST)
-  c.positive(config, "newton_tol")
-  c.positive_int(config, "newton_max_iters")
-  c.sequence_of(config, "mlp_hidden", lambda v: isinstance(v, int) and v > 0,
+  c.in_range(config, "data.test_fraction", 0.0, 1.0)
+  c.one_of(config, "data.image_pool", (1, 2, 4))
+  for key in ("objective.lam", "objective.mu", "newton.tol", "mlp.lr"):
+    c.positive(config, key)
+  c.in_range(config, "certificate.epsilon", 0.0, 1.0)
+  c.in_range(config, "certificate.delta", 0.0, 1.0)
+  for key in ("certificate.noise_draws", "unlearn.newton_steps", "unlearn.grad_steps",
+              "unlearn.cg_iters", "unlearn.lissa_depth", "newton.max_iters"):
+    c.positive_int(config, key)
+  full = config.unlearn.hybrid_full_tasks
+  c.require(config, "unlearn.hybrid_full_tasks",
+            not isinstance(full, bool) and isinstance(full, int) and 0 <= full <= 5,
+            "an integer in 0..5")
+  c.one_of(config, "unlearn.hybrid_rest", HYBRID_REST)
+  c.sequence_of(config, "mlp.hidden", lambda v: isinstance(v, int) and v > 0,
                 "positive integers")
-  c.positive_int(config, "mlp_steps")
-  c.positive(config, "mlp_lr")
+  c.check_train(config, "train")

@@ -19,23 +19,46 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from methods.unlearning.continual import CLState
+from methods.unlearning.objective import CLState
 
 
 class Storage(NamedTuple):
+  """Bytes a method keeps: `checkpoints` (theta_0..theta_{T-1}) + `curvature`."""
   checkpoints: int  # bytes of theta_0..theta_{T-1}
   curvature: int    # bytes of the stored curvature
+
   @property
   def total(self) -> int:
     return self.checkpoints + self.curvature
 
 
 def tree_bytes(tree) -> int:
-  """sum(leaf.size * leaf.dtype.itemsize) over the array leaves (None is empty)."""
+  """bytes(tree) = sum over array leaves of size * itemsize (None is empty).
+
+  Args:
+    tree: any pytree of arrays.
+
+  Returns:
+    The byte count.
+
+  Example:
+    >>> tree_bytes({"a": jnp.zeros((3, 4), jnp.float32), "b": None})
+    48
+  """
   return int(sum(np.size(x) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree)))
 
 
 def state_bytes(state: CLState) -> Storage:
-  """The bytes a method keeps to unlearn: checkpoints before the deployed model + curvature."""
+  """The bytes a method keeps to unlearn: checkpoints before the deployed model + curvature.
+
+  Args:
+    state: the method's `CLState`.
+
+  Returns:
+    `Storage(checkpoints=bytes(theta_0..theta_{T-1}), curvature=bytes(curvature))`.
+
+  Example:
+    >>> state_bytes(state).total
+  """
   return Storage(checkpoints=tree_bytes(state.anchors[:-1]),
                  curvature=tree_bytes(state.curvature))

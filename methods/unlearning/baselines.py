@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from methods.unlearning import continual
-from methods.unlearning.continual import Task
+from methods.unlearning.objective import Task
 
 
 def retrain(fit_stage: Callable[[Any, Task], Any], anchors: Sequence, tasks: Sequence[Task],
@@ -26,6 +26,13 @@ def retrain(fit_stage: Callable[[Any, Task], Any], anchors: Sequence, tasks: Seq
     anchors: the stored checkpoints theta_0..theta_T.
     tasks: the retained data of every task.
     k: 0-based index of the first task that changed.
+
+  Returns:
+    theta'_T, the retrained parameters.
+
+  Example:
+    >>> fit = functools.partial(continual.fit_stage_newton, obj)
+    >>> target = retrain(fit, anchors, forget_task(tasks, k), k)
   """
   params = anchors[k]
   for task in tasks[k:]:

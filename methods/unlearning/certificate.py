@@ -37,26 +37,62 @@ from typing import NamedTuple, Sequence
 
 import jax
 from jax.scipy.stats import norm
+import optax
 
 
 class Certificate(NamedTuple):
-  """The guarantee attached to a release: noise sigma for distance bound B."""
+  """The guarantee attached to a release: noise sigma for distance bound B.
+
+  Attributes:
+    epsilon, delta: the (epsilon, delta) of the guarantee.
+    bound: B, the bound on ||theta_hat - theta'||.
+    sigma: the Gaussian noise scale per coordinate.
+    convex: True when (2) is a proof (convex data term), False for a heuristic.
+  """
   epsilon: float
   delta: float
   bound: float
   sigma: float
-  convex: bool  # True when (2) is a proof (convex data term), False for a heuristic
+  convex: bool
 
 
 def gaussian_sigma(bound: float, epsilon: float, delta: float) -> float:
-  """sigma = B sqrt(2 ln(1.25 / delta)) / epsilon."""
+  """sigma = B sqrt(2 ln(1.25 / delta)) / epsilon (the classic Gaussian mechanism).
+
+  Args:
+    bound: B >= 0.
+    epsilon: > 0 (the classic analysis needs epsilon < 1).
+    delta: in (0, 1).
+
+  Returns:
+    sigma.
+
+  Example:
+    >>> gaussian_sigma(0.2, 0.5, 1e-5)   # ~1.94
+  """
   if not (0.0 < epsilon and 0.0 < delta < 1.0):
     raise ValueError(f"need epsilon > 0 and delta in (0, 1), got {epsilon}, {delta}")
   return float(bound) * math.sqrt(2.0 * math.log(1.25 / delta)) / float(epsilon)
 
 
 def gaussian_delta(bound: float, sigma: float, epsilon: float) -> float:
-  """Exact delta(epsilon) between N(a, sigma^2 I) and N(b, sigma^2 I), ||a - b|| = B."""
+  """delta(eps) = Phi(B / 2s - eps s / B) - e^eps Phi(-B / 2s - eps s / B).
+
+  The exact delta(epsilon) between N(a, sigma^2 I) and N(b, sigma^2 I) with
+  ||a - b|| = B (Balle & Wang 2018, Thm 8).
+
+  Args:
+    bound: B.
+    sigma: the noise scale s.
+    epsilon: eps.
+
+  Returns:
+    delta (0 when B = 0).
+
+  Example:
+    >>> gaussian_delta(1.0, gaussian_sigma(1.0, 0.5, 1e-5), 0.5) <= 1e-5
+    True
+  """
   if bound == 0:
     return 0.0
   a, b = bound / (2.0 * sigma), epsilon * sigma / bound
@@ -64,13 +100,36 @@ def gaussian_delta(bound: float, sigma: float, epsilon: float) -> float:
 
 
 def stage_bound(residual: float, previous: float, lam: float, mu: float) -> float:
-  """One step of (2): r / m + (lam / m) B_prev, m = lam + mu."""
+  """One step of (2): B_j = r_j / m + (lam / m) B_{j-1}, m = lam + mu.
+
+  Args:
+    residual: r_j.
+    previous: B_{j-1}.
+    lam, mu: the objective's anchor and ridge strengths.
+
+  Returns:
+    B_j.
+
+  Example:
+    >>> stage_bound(0.1, 0.0, lam=1.0, mu=0.25)   # 0.08
+  """
   m = lam + mu
   return float(residual) / m + lam / m * float(previous)
 
 
 def propagated_bound(residuals: Sequence[float], lam: float, mu: float) -> float:
-  """B_T of (2) from the residual gradient norms r_k..r_T."""
+  """B_T of (2) from the residual gradient norms r_k..r_T.
+
+  Args:
+    residuals: r_k..r_T.
+    lam, mu: the objective's anchor and ridge strengths.
+
+  Returns:
+    B_T.
+
+  Example:
+    >>> propagated_bound([0.1, 0.02], lam=1.0, mu=0.25)
+  """
   b = 0.0
   for r in residuals:
     b = stage_bound(r, b, lam, mu)
@@ -79,18 +138,53 @@ def propagated_bound(residuals: Sequence[float], lam: float, mu: float) -> float
 
 def gd_distance_bound(initial_grad_norm: float, m: float, smoothness: float,
                       steps: int) -> float:
-  """(1 - m / M)^K ||grad L(theta_0)|| / m: distance to the minimiser after K GD steps."""
+  """(1 - m / M)^K ||grad L(theta_0)|| / m: distance to the minimiser after K GD steps.
+
+  Args:
+    initial_grad_norm: ||grad L(theta_0)||.
+    m: strong convexity (lam + mu).
+    smoothness: M (the step is 1 / M).
+    steps: K.
+
+  Returns:
+    The a priori bound on ||theta_K - theta*||.
+
+  Example:
+    >>> gd_distance_bound(1.0, 1.1, 33.0, 5)
+  """
   return (1.0 - m / smoothness) ** steps * float(initial_grad_norm) / m
 
 
 def certify(bound: float, epsilon: float, delta: float, convex: bool = True) -> Certificate:
+  """The certificate of a release: sigma = `gaussian_sigma(bound, epsilon, delta)`.
+
+  Args:
+    bound: B, e.g. `Unlearned.bound`.
+    epsilon, delta: the target guarantee.
+    convex: whether B is a proof (convex data term) or a heuristic (e.g. an MLP).
+
+  Returns:
+    `Certificate(epsilon, delta, bound, sigma, convex)`.
+
+  Example:
+    >>> cert = certify(out.bound, epsilon=0.5, delta=1e-5)
+  """
   return Certificate(float(epsilon), float(delta), float(bound),
                      gaussian_sigma(bound, epsilon, delta), bool(convex))
 
 
 def release(key: jax.Array, params, sigma: float):
-  """theta_hat + sigma xi, xi ~ N(0, I) independently per coordinate of every leaf."""
-  leaves, treedef = jax.tree.flatten(params)
-  keys = jax.random.split(key, len(leaves))
-  noisy = [x + sigma * jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]
-  return jax.tree.unflatten(treedef, noisy)
+  """theta~ = theta_hat + sigma xi, xi ~ N(0, I) independently per coordinate.
+
+  Args:
+    key: the PRNG key of the noise (split into one key per leaf).
+    params: theta_hat, a pytree.
+    sigma: the noise scale (`Certificate.sigma`).
+
+  Returns:
+    The noisy pytree, in params' dtypes.
+
+  Example:
+    >>> theta_release = release(jax.random.PRNGKey(0), out.params, cert.sigma)
+  """
+  return optax.tree.add_scale(params, sigma, optax.tree.random_like(key, params))

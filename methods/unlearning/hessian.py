@@ -43,8 +43,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from methods.unlearning import continual
-from methods.unlearning.continual import Objective, Task
+from methods.unlearning.objective import Objective, Task, data_loss
 
 STORED = ("full", "ggn", "diag", "diag_ggn")   # kinds with a stored curvature
 MATRIX_FREE = ("cg", "cg_ggn", "lissa")       # kinds with Hessian-vector products
@@ -52,12 +51,24 @@ MATRIX_FREE = ("cg", "cg_ggn", "lissa")       # kinds with Hessian-vector produc
 
 def _flat_data_loss(obj: Objective, params, task: Task):
   flat, unravel = ravel_pytree(params)
-  return flat, (lambda v: continual.data_loss(obj, unravel(v), task))
+  return flat, (lambda v: data_loss(obj, unravel(v), task))
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def data_hessian(obj: Objective, params, task: Task) -> jax.Array:
-  """The exact (d, d) Hessian of the task's data term at params."""
+  """H = grad^2 D_t(theta), the exact Hessian of the task's data term at params.
+
+  Args:
+    obj: the objective (its data term is differentiated).
+    params: theta, a pytree.
+    task: the task's data and weights.
+
+  Returns:
+    (d, d) matrix in `ravel_pytree(params)` order.
+
+  Example:
+    >>> h = data_hessian(obj, theta, task)   # (d, d)
+  """
   flat, f = _flat_data_loss(obj, params, task)
   return jax.hessian(f)(flat)
 
@@ -83,7 +94,20 @@ def _jacobian(obj: Objective, params, task: Task):
 
 @functools.partial(jax.jit, static_argnums=0)
 def data_ggn(obj: Objective, params, task: Task) -> jax.Array:
-  """The (d, d) generalised Gauss-Newton matrix (1/W) sum_i w_i J_i^T H_z,i J_i."""
+  """G = (1/W) sum_i w_i J_i^T (grad^2_z l_i) J_i, the generalised Gauss-Newton matrix.
+
+  Args:
+    obj: the objective.
+    params: theta, a pytree.
+    task: the task's data and weights.
+
+  Returns:
+    (d, d) PSD matrix in `ravel_pytree(params)` order (= the Hessian for models
+    linear in their parameters).
+
+  Example:
+    >>> g = data_ggn(obj, theta, task)
+  """
   jac, out = _jacobian(obj, params, task)
   hz = _output_hessian(obj, out)
   weights = task.w / jnp.maximum(jnp.sum(task.w), 1e-30)
@@ -93,24 +117,64 @@ def data_ggn(obj: Objective, params, task: Task) -> jax.Array:
 
 
 def row_sums(matrix: jax.Array) -> jax.Array:
-  """|C| 1: the Gershgorin diagonal majorizer of a symmetric C (C <= diag(|C| 1))."""
+  """c = |C| 1, the Gershgorin diagonal majorizer of a symmetric C (C <= diag(c)).
+
+  Args:
+    matrix: (d, d) symmetric.
+
+  Returns:
+    (d,) row sums of absolute values.
+
+  Example:
+    >>> row_sums(jnp.array([[2.0, -1.0], [-1.0, 2.0]]))   # [3., 3.]
+  """
   return jnp.sum(jnp.abs(matrix), axis=1)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def data_ggn_diag(obj: Objective, params, task: Task) -> jax.Array:
-  """|G| 1 for the GGN (formed once, then only its d row sums are kept)."""
-  return row_sums(data_ggn(obj, params, task))
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def data_diag(obj: Objective, params, task: Task, gauss_newton: bool = False) -> jax.Array:
+  """c = |H| 1 (or |G| 1 with `gauss_newton`): the diagonal majorizer of the data term.
+
+  The (d, d) matrix is formed once, then only its d row sums are kept.
+
+  Args:
+    obj, params, task: as `data_hessian`.
+    gauss_newton: the GGN's row sums instead of the Hessian's.
+
+  Returns:
+    (d,) majorizer in `ravel_pytree(params)` order.
+
+  Example:
+    >>> c = data_diag(obj, theta, task, gauss_newton=True)   # (d,)
+  """
+  return row_sums((data_ggn if gauss_newton else data_hessian)(obj, params, task))
 
 
-@functools.partial(jax.jit, static_argnums=0)
 def data_hessian_diag(obj: Objective, params, task: Task) -> jax.Array:
-  """|H| 1 for the exact Hessian (formed once, then only its d row sums are kept)."""
-  return row_sums(data_hessian(obj, params, task))
+  """|H| 1: `data_diag(obj, params, task)` (arguments and result as there)."""
+  return data_diag(obj, params, task)
+
+
+def data_ggn_diag(obj: Objective, params, task: Task) -> jax.Array:
+  """|G| 1: `data_diag(obj, params, task, gauss_newton=True)` (as there)."""
+  return data_diag(obj, params, task, True)
 
 
 def curvature(kind: str, obj: Objective, params, task: Task) -> jax.Array | None:
-  """The stored curvature of one task for `kind` (None for kinds that store none)."""
+  """The curvature C of one task that a stage of `kind` stores (before damping).
+
+      full: H;  ggn: G;  diag: |H| 1;  diag_ggn: |G| 1;  any other kind: None.
+
+  Args:
+    kind: a stage kind (`hybrid.KINDS`).
+    obj, params, task: as `data_hessian` (params = theta_t, task = D_t).
+
+  Returns:
+    (d, d) or (d,) array, or None for kinds that store nothing.
+
+  Example:
+    >>> curvature("full", obj, anchors[1], tasks[0]).shape   # (d, d)
+  """
   if kind == "full":
     return data_hessian(obj, params, task)
   if kind == "ggn":
@@ -124,10 +188,22 @@ def curvature(kind: str, obj: Objective, params, task: Task) -> jax.Array | None
 
 def hvp(obj: Objective, params, task: Task, gauss_newton: bool = False
         ) -> Callable[[jax.Array], jax.Array]:
-  """v -> C v for the data term's Hessian (or GGN) at params, on flat vectors."""
+  """The matrix-free product v -> H v (forward-over-reverse) or v -> G v (jvp, then vjp).
+
+  Args:
+    obj, params, task: as `data_hessian`.
+    gauss_newton: G (J^T H_z J) instead of the exact Hessian H.
+
+  Returns:
+    A function of flat (d,) vectors in `ravel_pytree(params)` order.
+
+  Example:
+    >>> matvec = hvp(obj, theta, task, gauss_newton=True)
+    >>> matvec(jnp.ones(d)).shape   # (d,)
+  """
   flat, unravel = ravel_pytree(params)
   if not gauss_newton:
-    f = lambda v: continual.data_loss(obj, unravel(v), task)
+    f = lambda v: data_loss(obj, unravel(v), task)
     return lambda v: jax.jvp(jax.grad(f), (flat,), (v,))[1]
   out_fn = lambda v: obj.apply_fn(unravel(v), task.x).reshape(task.x.shape[0], -1)
   weights = task.w / jnp.maximum(jnp.sum(task.w), 1e-30)
@@ -142,7 +218,21 @@ def hvp(obj: Objective, params, task: Task, gauss_newton: bool = False
 
 def cg_solve(matvec: Callable[[jax.Array], jax.Array], b: jax.Array, damping: float,
              maxiter: int = 200, tol: float = 1e-10) -> jax.Array:
-  """Solves (C + damping I) x = b by conjugate gradients (C symmetric PSD, matrix-free)."""
+  """x = (C + damping I)^{-1} b by conjugate gradients (C symmetric PSD, matrix-free).
+
+  Args:
+    matvec: v -> C v.
+    b: (d,) right-hand side.
+    damping: added to the diagonal (lam + mu in a Newton step).
+    maxiter: iterations at most.
+    tol: relative residual tolerance.
+
+  Returns:
+    (d,) solution.
+
+  Example:
+    >>> x = cg_solve(hvp(obj, theta, task), g, obj.strong_convexity)
+  """
   x, _ = jax.scipy.sparse.linalg.cg(lambda v: matvec(v) + damping * v, b, tol=tol,
                                     atol=0.0, maxiter=maxiter)
   return x
@@ -155,6 +245,19 @@ def lissa_solve(matvec: Callable[[jax.Array], jax.Array], b: jax.Array, damping:
   The recursion v_0 = b, v_{i+1} = b + v_i - (C + damping I) v_i / s converges to
   s (C + damping I)^{-1} b when s > lambda_max(C) + damping (geometric rate
   1 - damping / s). Deterministic here (the full data term each step).
+
+  Args:
+    matvec: v -> C v.
+    b: (d,) right-hand side.
+    damping: added to the diagonal.
+    scale: s, above lambda_max(C) + damping (e.g. a smoothness bound).
+    depth: Neumann terms.
+
+  Returns:
+    (d,) approximate solution.
+
+  Example:
+    >>> x = lissa_solve(matvec, g, obj.strong_convexity, scale=smoothness, depth=300)
   """
   def body(_, v):
     return b + v - (matvec(v) + damping * v) / scale
@@ -163,7 +266,23 @@ def lissa_solve(matvec: Callable[[jax.Array], jax.Array], b: jax.Array, damping:
 
 def power_iteration(matvec: Callable[[jax.Array], jax.Array], dim: int, key: jax.Array,
                     iters: int = 30, dtype=jnp.float32) -> jax.Array:
-  """An estimate (from below) of the largest eigenvalue of a symmetric PSD operator."""
+  """lambda_max(C) ~= v^T C v, v = C^iters v_0 / ||...||, v_0 ~ N(0, I) from `key`.
+
+  An estimate from below of the largest eigenvalue of a symmetric PSD operator.
+
+  Args:
+    matvec: v -> C v.
+    dim: d.
+    key: the PRNG key of the start vector.
+    iters: power steps.
+    dtype: dtype of the start vector.
+
+  Returns:
+    Scalar estimate.
+
+  Example:
+    >>> top = power_iteration(hvp(obj, theta, task, True), d, jax.random.PRNGKey(0))
+  """
   v = jax.random.normal(key, (dim,), dtype)
   def body(_, v):
     w = matvec(v)
@@ -174,24 +293,53 @@ def power_iteration(matvec: Callable[[jax.Array], jax.Array], dim: int, key: jax
 
 @functools.partial(jax.jit, static_argnums=0)
 def damped_inverse(obj: Objective, matrix: jax.Array) -> jax.Array:
-  """S = (C + (lam + mu) I)^{-1}, by Cholesky (C PSD, so the system is well conditioned:
-  kappa <= (lambda_max(C) + lam + mu) / (lam + mu)). Stored once per task, so a request
-  costs one matrix-vector product per Newton step (a triangular solve per step is
-  ~40x slower on XLA:CPU at d = 2410)."""
+  """S = (C + (lam + mu) I)^{-1}, by Cholesky.
+
+  C is PSD, so the system is well conditioned: kappa <= (lambda_max(C) + lam + mu) /
+  (lam + mu). Stored once per task, so a request costs one matrix-vector product per
+  Newton step (a triangular solve per step is ~40x slower on XLA:CPU at d = 2410).
+
+  Args:
+    obj: the objective (its lam + mu).
+    matrix: (d, d) C.
+
+  Returns:
+    (d, d) S.
+
+  Example:
+    >>> s = damped_inverse(obj, data_hessian(obj, theta, task))
+  """
   eye = jnp.eye(matrix.shape[0], dtype=matrix.dtype)
   factor = jnp.linalg.cholesky(matrix + obj.strong_convexity * eye)
   return jax.scipy.linalg.cho_solve((factor, True), eye)
 
 
 def undamped(obj: Objective, inverse: jax.Array) -> jax.Array:
-  """C from its stored S = (C + (lam + mu) I)^{-1}."""
+  """C = S^{-1} - (lam + mu) I: the inverse map of `damped_inverse` (same arguments, with
+  the (d, d) S in place of C; returns the (d, d) C).
+
+  Example:
+    >>> undamped(obj, damped_inverse(obj, c))   # ~= c
+  """
   eye = jnp.eye(inverse.shape[0], dtype=inverse.dtype)
   return jnp.linalg.inv(inverse) - obj.strong_convexity * eye
 
 
 @jax.jit
 def newton_dense(params, grad, inverse):
-  """theta - (C + (lam + mu) I)^{-1} g, from the stored inverse S."""
+  """theta - S g, S = (C + (lam + mu) I)^{-1} stored.
+
+  Args:
+    params: theta, a pytree.
+    grad: g = grad L_t(theta), a pytree like params.
+    inverse: (d, d) S.
+
+  Returns:
+    The updated pytree.
+
+  Example:
+    >>> theta = newton_dense(theta, stage_grad(obj, theta, anchor, task), s)
+  """
   flat, unravel = ravel_pytree(params)
   g, _ = ravel_pytree(grad)
   return unravel(flat - (inverse @ g.astype(inverse.dtype)).astype(flat.dtype))
@@ -199,7 +347,19 @@ def newton_dense(params, grad, inverse):
 
 @functools.partial(jax.jit, static_argnums=0)
 def newton_diag(obj: Objective, params, grad, diagonal):
-  """theta - g / (c + lam + mu) for a stored diagonal c."""
+  """theta - g / (max(c, 0) + lam + mu) for a stored diagonal c.
+
+  Args:
+    obj: the objective (its lam + mu).
+    params, grad: as `newton_dense`.
+    diagonal: (d,) c.
+
+  Returns:
+    The updated pytree.
+
+  Example:
+    >>> theta = newton_diag(obj, theta, g, data_hessian_diag(obj, theta, task))
+  """
   flat, unravel = ravel_pytree(params)
   g, _ = ravel_pytree(grad)
   return unravel(flat - g / (jnp.maximum(diagonal, 0.0) + obj.strong_convexity))
@@ -210,9 +370,20 @@ def newton_matrix_free(obj: Objective, params, grad, task: Task, method: str,
                        maxiter: int, gauss_newton: bool, lissa_scale=None, at=None):
   """theta - (C + (lam + mu) I)^{-1} g with C v from Hessian-vector products on `task`.
 
-  method: "cg" (conjugate gradients, tol 1e-10 relative, `maxiter` iterations at
-  most) or "lissa" (`maxiter` Neumann terms with scale `lissa_scale`). C is taken
-  at `at` (default: params).
+  Args:
+    obj, params, grad: as `newton_diag`.
+    task: the data C is taken on.
+    method: "cg" (conjugate gradients, tol 1e-10 relative) or "lissa".
+    maxiter: CG iterations at most, or LiSSA's Neumann terms.
+    gauss_newton: C = G (else the exact Hessian).
+    lissa_scale: LiSSA's scale s ("lissa" only).
+    at: where C is taken (default: params).
+
+  Returns:
+    The updated pytree.
+
+  Example:
+    >>> theta = newton_matrix_free(obj, theta, g, task, "cg", 100, False)
   """
   flat, unravel = ravel_pytree(params)
   g, _ = ravel_pytree(grad)

@@ -24,24 +24,61 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
+import optax
 
 from methods.unlearning import continual
-from methods.unlearning.continual import Objective, Task
+from methods.unlearning.objective import Objective, Task, data_loss, per_example_loss
 
 
 def squared_distance(a, b) -> float:
-  return float(jnp.sum((ravel_pytree(a)[0] - ravel_pytree(b)[0]) ** 2))
+  """||a - b||^2 over every leaf of two pytrees of the same structure.
+
+  Args:
+    a, b: parameter pytrees.
+
+  Returns:
+    The squared Euclidean distance (a Python float).
+
+  Example:
+    >>> squared_distance({"w": jnp.ones(4)}, {"w": jnp.zeros(4)})
+    4.0
+  """
+  return float(optax.tree.norm(optax.tree.sub(a, b), squared=True))
 
 
 def expected_unlearning_loss(theta_hat, theta_retrain, sigma: float) -> float:
-  """||theta_hat - theta'||^2 + d sigma^2 (exact expectation over the Gaussian release)."""
-  d = ravel_pytree(theta_hat)[0].size
+  """E ||theta~ - theta'||^2 = ||theta_hat - theta'||^2 + d sigma^2 (exact over the noise).
+
+  Args:
+    theta_hat: the unlearned parameters before noise.
+    theta_retrain: theta', the retrained parameters.
+    sigma: the release noise scale.
+
+  Returns:
+    The expected unlearning loss.
+
+  Example:
+    >>> expected_unlearning_loss({"w": jnp.ones(4)}, {"w": jnp.zeros(4)}, 0.5)
+    5.0
+  """
+  d = sum(np.size(x) for x in jax.tree.leaves(theta_hat))
   return squared_distance(theta_hat, theta_retrain) + d * float(sigma) ** 2
 
 
 def auc(member_scores, nonmember_scores) -> float:
-  """P(member score > non-member score) + ties / 2 (rank statistic, O((m + n) log))."""
+  """AUC = P(member score > non-member score) + P(tie) / 2 (Mann-Whitney, O((m + n) log)).
+
+  Args:
+    member_scores: (m,) scores of members.
+    nonmember_scores: (n,) scores of non-members.
+
+  Returns:
+    The AUC in [0, 1]; 0.5 when the scores cannot tell the two apart.
+
+  Example:
+    >>> auc([2.0, 3.0], [1.0, 2.0])
+    0.875
+  """
   a = np.asarray(member_scores, np.float64)
   b = np.asarray(nonmember_scores, np.float64)
   allv = np.concatenate([a, b])
@@ -55,12 +92,25 @@ def auc(member_scores, nonmember_scores) -> float:
   return float((ranks[: len(a)].sum() - len(a) * (len(a) + 1) / 2.0) / (len(a) * len(b)))
 
 
-_per_example_loss = jax.jit(continual.per_example_loss, static_argnums=0)
-_data_loss = jax.jit(continual.data_loss, static_argnums=0)
+_per_example_loss = jax.jit(per_example_loss, static_argnums=0)
+_data_loss = jax.jit(data_loss, static_argnums=0)
 
 
 def mia_auc(obj: Objective, params, members: Task, nonmembers: Task) -> float:
-  """Loss-threshold membership-inference AUC of params on (members, non-members)."""
+  """Loss-threshold membership-inference AUC: score_i = -l(theta; x_i, y_i).
+
+  Args:
+    obj: the objective (its loss).
+    params: the released parameters.
+    members: the forgotten training examples (kept weights only).
+    nonmembers: held-out examples of the same task.
+
+  Returns:
+    `auc(member scores, non-member scores)`.
+
+  Example:
+    >>> mia_auc(obj, theta_release, only(train[k], train[k].w > 0), test[k])
+  """
   score = lambda t: -np.asarray(_per_example_loss(obj, params, t.x, t.y))[
       np.asarray(t.w) > 0]
   return auc(score(members), score(nonmembers))
@@ -77,15 +127,70 @@ def _accuracy(obj: Objective, params, task: Task, classes):
 
 
 def accuracy(obj: Objective, params, task: Task, classes: tuple | None = None) -> float:
-  """Weighted top-1 accuracy (softmax models); with `classes`, the argmax is taken over
-  those classes only (task-incremental evaluation)."""
+  """Weighted top-1 accuracy (1/W) sum_i w_i [argmax f(x_i) = y_i] of a softmax model.
+
+  Args:
+    obj: the objective (its apply_fn).
+    params: the parameters.
+    task: the examples (kept weights only).
+    classes: if given, the argmax is over these classes only (task-incremental
+      evaluation).
+
+  Returns:
+    The accuracy in [0, 1].
+
+  Example:
+    >>> accuracy(obj, theta, test[0], classes=(0, 1))
+  """
   return float(_accuracy(obj, params, task, None if classes is None else tuple(classes)))
 
 
 def joint_risk(obj: Objective, params, tasks) -> float:
-  """R(theta): the mean data loss over the examples of `tasks` (kept weights only)."""
+  """R(theta) = (1 / W) sum_i w_i l(theta; x_i, y_i) over the examples of all `tasks`.
+
+  Args:
+    obj: the objective (its loss).
+    params: theta.
+    tasks: the tasks whose kept examples count.
+
+  Returns:
+    R (a Python float).
+
+  Example:
+    >>> joint_risk(obj, theta, [t for j, t in enumerate(tasks) if j != k])
+  """
   return float(_data_loss(obj, params, concat(tasks)))
 
 
+def joint_minimum(obj: Objective, tasks, init, *, tol: float = 1e-9,
+                  max_iters: int = 50) -> float:
+  """R* = R(theta*), theta* = argmin R(theta) + (mu / 2) ||theta||^2 (the joint fit).
+
+  The non-sequential reference of the risk decomposition: all `tasks` fitted at once
+  by Newton (Gauss-Newton, so for linear models), from zeros, without the anchor term.
+
+  Args:
+    obj: the objective (its mu; lam is dropped).
+    tasks: the retained tasks.
+    init: a parameter pytree of the right structure (its values are not used).
+    tol, max_iters: the Newton solver's settings (`continual.fit_stage_newton`).
+
+  Returns:
+    R*.
+
+  Example:
+    >>> cl_excess = joint_risk(obj, target, kept) - joint_minimum(obj, kept, anchors[0])
+  """
+  joined = concat(tasks)
+  theta = continual.fit_stage_newton(obj._replace(lam=0.0), jax.tree.map(jnp.zeros_like, init),
+                                     joined, gauss_newton=True, tol=tol, max_iters=max_iters)
+  return float(data_loss(obj, theta, joined))
+
+
 def concat(tasks) -> Task:
+  """D_1 u ... u D_T: one Task holding the examples of all `tasks` (weights kept).
+
+  Example:
+    >>> concat(tasks).x.shape   # (sum of the sizes, p)
+  """
   return Task(*(jnp.concatenate(parts) for parts in zip(*tasks)))

@@ -25,16 +25,16 @@ gradient-based certified unlearning adapted to the CL sequence, and the hybrid.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 
 from methods.unlearning import certificate
-from methods.unlearning import continual
 from methods.unlearning import gradient
 from methods.unlearning import hessian
-from methods.unlearning.continual import CLState, Objective, Task
+from methods.unlearning.objective import (CLState, Objective, Task, stage_grad,
+                                          stage_grad_norm, total_weight)
 
 SMOOTHNESS = ("linear", "power")
 
@@ -51,14 +51,15 @@ class UnlearnConfig(NamedTuple):
       "power" (power-iteration estimate on the GGN, for the MLP).
     cg_iters: conjugate-gradient iterations at most ("cg", "cg_ggn").
     lissa_depth: LiSSA Neumann terms ("lissa").
-    seed: key for power iteration.
+
+  The power iteration of "power" draws its start vectors from the explicit `key`
+  argument of `unlearn`.
   """
   grad_steps: int = 10
   newton_steps: int = 1
   smoothness: str = "linear"
   cg_iters: int = 200
   lissa_depth: int = 500
-  seed: int = 0
 
 
 class Unlearned(NamedTuple):
@@ -84,6 +85,18 @@ def build_state(obj: Objective, anchors: Sequence, tasks: Sequence[Task],
   Dense kinds ("full", "ggn") are stored as S_t = (C_t + (lam + mu) I)^{-1} (the same
   d^2 numbers as C_t), so a request costs matrix-vector products only;
   C_t = S_t^{-1} - (lam + mu) I is recovered when part of a task is removed.
+
+  Args:
+    obj: the stage objective (1).
+    anchors: theta_0..theta_T from `continual.train_sequence`.
+    tasks: D_1..D_T, as trained on.
+    plan: one kind per task (`hybrid.uniform_plan`, `hybrid.hybrid_plan`, ...).
+
+  Returns:
+    The `CLState` to unlearn from.
+
+  Example:
+    >>> state = build_state(obj, anchors, tasks, uniform_plan("full", len(tasks)))
   """
   if len(plan) != len(tasks) or len(anchors) != len(tasks) + 1:
     raise ValueError(f"plan ({len(plan)}), tasks ({len(tasks)}) and anchors "
@@ -93,36 +106,99 @@ def build_state(obj: Objective, anchors: Sequence, tasks: Sequence[Task],
   return CLState(anchors=tuple(anchors), curvature=curv)
 
 
+def build_states(obj: Objective, anchors: Sequence, tasks: Sequence[Task],
+                 plans: Mapping[str, Sequence[str]]) -> dict[str, CLState]:
+  """`build_state` for several plans, computing each (kind, task) curvature once.
+
+  A diagonal majorizer |C| 1 is taken from the dense C when another plan stores that
+  C for the same task, instead of forming C again.
+
+  Args:
+    obj, anchors, tasks: as `build_state`.
+    plans: method name -> plan.
+
+  Returns:
+    method name -> its `CLState` (the checkpoints are shared).
+
+  Example:
+    >>> states = build_states(obj, anchors, tasks, {"hessian": uniform_plan("full", T),
+    ...                                             "hybrid": hybrid_plan(T, 2)})
+  """
+  cache, states = {}, {}
+  for method, plan in plans.items():
+    curv = []
+    for t, kind in enumerate(plan):
+      dense = ("full", "ggn")[kind == "diag_ggn"]
+      if (kind, t) not in cache:
+        if kind in ("diag", "diag_ggn") and (dense, t) in cache:
+          cache[kind, t] = hessian.row_sums(cache[dense, t])
+        else:
+          cache[kind, t] = hessian.curvature(kind, obj, anchors[t + 1], tasks[t])
+      curv.append(store_curvature(kind, obj, cache[kind, t]))
+    states[method] = CLState(anchors=tuple(anchors), curvature=tuple(curv))
+  return states
+
+
 def store_curvature(kind: str, obj: Objective, value):
-  """What is kept for a computed curvature: (C + (lam + mu) I)^{-1} for dense kinds."""
+  """What is kept for a computed curvature C: S = (C + (lam + mu) I)^{-1} for dense kinds,
+  C itself otherwise.
+
+  Args:
+    kind: the stage kind.
+    obj: the objective (its lam + mu).
+    value: C from `hessian.curvature`, or None.
+
+  Returns:
+    What `CLState.curvature` holds for the task.
+
+  Example:
+    >>> store_curvature("full", obj, hessian.data_hessian(obj, theta, task))   # S
+  """
   if kind in ("full", "ggn"):
     return hessian.damped_inverse(obj, value)
   return value
 
 
-def _smoothness(obj, params, task, config: UnlearnConfig, t: int) -> float:
+def _smoothness(obj, params, task, config: UnlearnConfig, key, t: int) -> float:
   if config.smoothness == "linear":
     return gradient.linear_smoothness(obj, task)
-  return gradient.estimated_smoothness(obj, params, task,
-                                       jax.random.fold_in(jax.random.PRNGKey(config.seed), t))
+  if key is None:
+    raise ValueError('smoothness="power" estimates by power iteration: pass an explicit key')
+  return gradient.estimated_smoothness(obj, params, task, jax.random.fold_in(key, t))
 
 
 def stage_update(kind: str, obj: Objective, start, anchor, task: Task, stored,
-                 config: UnlearnConfig, t: int):
+                 config: UnlearnConfig, t: int, key: jax.Array | None = None):
   """One stage's correction from `start` (= theta_t) for L(. ; anchor, task).
 
   Curvature kinds take `config.newton_steps` steps theta <- theta - (C + m I)^{-1}
-  grad L(theta), C fixed at theta_t; "gradient" takes `config.grad_steps` GD steps.
+  grad L(theta), C fixed at theta_t; "gradient" takes `config.grad_steps` GD steps
+  with eta = 1 / M.
+
+  Args:
+    kind: the stage's kind (`hybrid.KINDS`).
+    obj: the objective.
+    start: theta_t, the stored checkpoint.
+    anchor: theta_hat_{t-1}, the corrected previous stage.
+    task: the stage's retained data.
+    stored: the stage's stored curvature (`CLState.curvature[t]`), or None.
+    config: `UnlearnConfig`.
+    t: the stage's index (folded into `key`).
+    key: PRNG key for power-iteration smoothness (`config.smoothness == "power"`).
 
   Returns:
     (params, the a priori distance bound of the gradient stage, or inf).
+
+  Example:
+    >>> theta, prior = stage_update("full", obj, anchors[2], theta_hat_1, tasks[1],
+    ...                             state.curvature[1], UnlearnConfig(), 1)
   """
   if kind == "gradient":
-    return _gradient_stage(obj, start, anchor, task, config, t)
-  scale = _smoothness(obj, start, task, config, t) if kind == "lissa" else None
+    return _gradient_stage(obj, start, anchor, task, config, key, t)
+  scale = _smoothness(obj, start, task, config, key, t) if kind == "lissa" else None
   params = start
   for _ in range(config.newton_steps):
-    grad = continual.stage_grad(obj, params, anchor, task)
+    grad = stage_grad(obj, params, anchor, task)
     if kind in ("full", "ggn"):
       params = hessian.newton_dense(params, grad, stored)
     elif kind in ("diag", "diag_ggn"):
@@ -138,11 +214,11 @@ def stage_update(kind: str, obj: Objective, start, anchor, task: Task, stored,
   return params, float("inf")
 
 
-def _gradient_stage(obj, start, anchor, task, config, t):
+def _gradient_stage(obj, start, anchor, task, config, key, t):
   """K gradient steps with eta = 1 / M and the a priori bound (1 - m/M)^K ||g_0|| / m."""
-  grad_norm = float(continual.stage_grad_norm(obj, start, anchor, task))
+  grad_norm = float(stage_grad_norm(obj, start, anchor, task))
   m = obj.strong_convexity
-  smooth = _smoothness(obj, start, task, config, t)
+  smooth = _smoothness(obj, start, task, config, key, t)
   out = gradient.gradient_descent(obj, start, anchor, task, config.grad_steps, 1.0 / smooth)
   prior = certificate.gd_distance_bound(grad_norm, m, smooth, config.grad_steps)
   return out, (prior if config.smoothness == "linear" else float("inf"))
@@ -163,8 +239,12 @@ def _removed_curvature(kind, obj, params, stored, retained: Task, removed: Task)
 
 def unlearn(obj: Objective, state: CLState, tasks: Sequence[Task], k: int,
             plan: Sequence[str], removed: Task | None = None,
-            config: UnlearnConfig = UnlearnConfig()) -> Unlearned:
+            config: UnlearnConfig = UnlearnConfig(),
+            key: jax.Array | None = None) -> Unlearned:
   """Approximates retraining tasks k..T on the retained data (0-based k).
+
+      theta_hat_{k-1} = theta_{k-1};  theta_hat_j = stage_update(theta_j; theta_hat_{j-1},
+      D'_j) for j = k..T;  B_j = min(r_j / m, prior_j) + (lam / m) B_{j-1}       (2)
 
   Args:
     obj: the stage objective (1).
@@ -177,9 +257,16 @@ def unlearn(obj: Objective, state: CLState, tasks: Sequence[Task], k: int,
     removed: the forgotten examples of task k as a Task (needed only when task k
       keeps some examples and its kind stores curvature).
     config: `UnlearnConfig`.
+    key: PRNG key of the power iteration; required when `config.smoothness` is
+      "power" and the plan has "gradient" or "lissa" stages, unused otherwise.
 
   Returns:
     `Unlearned(params, residuals, stage_bounds, bound)`.
+
+  Example:
+    >>> retained = forget_task(tasks, k)
+    >>> out = unlearn(obj, state, retained, k, plan, config=UnlearnConfig(newton_steps=5))
+    >>> cert = certificate.certify(out.bound, epsilon=0.5, delta=1e-5)
   """
   num = len(tasks)
   if not 0 <= k < num:
@@ -189,7 +276,7 @@ def unlearn(obj: Objective, state: CLState, tasks: Sequence[Task], k: int,
   residuals, bounds, b = [], [], 0.0
   for j in range(k, num):
     task = tasks[j]
-    if continual.total_weight(task) == 0:
+    if total_weight(task) == 0:
       current, r, prior = prev, 0.0, 0.0   # the task is skipped, exactly
     else:
       stored = state.curvature[j]
@@ -198,8 +285,8 @@ def unlearn(obj: Objective, state: CLState, tasks: Sequence[Task], k: int,
           raise ValueError("removing part of a task with stored curvature needs `removed`")
         stored = _removed_curvature(plan[j], obj, anchors[j + 1], stored, task, removed)
       current, prior = stage_update(plan[j], obj, anchors[j + 1], prev, task, stored,
-                                    config, j)
-      r = float(continual.stage_grad_norm(obj, current, prev, task))
+                                    config, j, key)
+      r = float(stage_grad_norm(obj, current, prev, task))
     stage = min(r / obj.strong_convexity, prior)
     b = stage + obj.lam / obj.strong_convexity * b
     residuals.append(r)

@@ -16,9 +16,9 @@ from methods import unlearning as ul
 from methods.unlearning import accounting
 from methods.unlearning import baselines
 from methods.unlearning import certificate
-from methods.unlearning import continual
 from methods.unlearning import hessian
 from methods.unlearning import metrics
+from methods.unlearning import objective
 
 T = 3
 
@@ -45,15 +45,22 @@ def _linear(loss, tasks, lam=0.5, mu=0.05, classes=3):
   return obj, init, fit
 
 
+@functools.lru_cache(maxsize=None)
+def _sequence(loss, seed=0):
+  """(tasks, obj, fit, anchors): a linear model trained on the T tasks, once per module."""
+  with jax.enable_x64(True):
+    tasks = _tasks(loss, seed=seed)
+    obj, init, fit = _linear(loss, tasks)
+    return tasks, obj, fit, ul.train_sequence(fit, init, tasks)
+
+
 def _flat(params):
   return np.asarray(jax.flatten_util.ravel_pytree(params)[0])
 
 
 @pytest.mark.parametrize("k, subset", [(0, False), (1, True)])
 def test_newton_removal_on_ridge_equals_retraining(x64, k, subset):
-  tasks = _tasks("squared")
-  obj, init, fit = _linear("squared", tasks)
-  anchors = ul.train_sequence(fit, init, tasks)
+  tasks, obj, fit, anchors = _sequence("squared")
   state = ul.build_state(obj, anchors, tasks, ul.uniform_plan("full", T))
   mask = (np.arange(40) < 15) if subset else np.ones(40, bool)
   retained = [ul.forget(t, mask) if j == k else t for j, t in enumerate(tasks)]
@@ -69,9 +76,7 @@ def test_newton_removal_on_ridge_equals_retraining(x64, k, subset):
 
 
 def test_newton_removal_on_logistic_converges_to_retraining(x64):
-  tasks = _tasks("softmax_ce")
-  obj, init, fit = _linear("softmax_ce", tasks)
-  anchors = ul.train_sequence(fit, init, tasks)
+  tasks, obj, fit, anchors = _sequence("softmax_ce")
   plan = ul.uniform_plan("full", T)
   state = ul.build_state(obj, anchors, tasks, plan)
   mask = np.arange(40) < 10
@@ -91,9 +96,7 @@ def test_newton_removal_on_logistic_converges_to_retraining(x64):
 
 @pytest.mark.parametrize("kind", ["full", "diag", "cg", "lissa", "gradient"])
 def test_propagated_bound_covers_the_true_distance(x64, kind):
-  tasks = _tasks("softmax_ce", seed=1)
-  obj, init, fit = _linear("softmax_ce", tasks)
-  anchors = ul.train_sequence(fit, init, tasks)
+  tasks, obj, fit, anchors = _sequence("softmax_ce", seed=1)
   plan = ul.uniform_plan(kind, T)
   state = ul.build_state(obj, anchors, tasks, plan)
   retained = [ul.forget(t, np.ones(40, bool)) if j == 0 else t for j, t in enumerate(tasks)]
@@ -114,7 +117,7 @@ def test_gradient_steps_contract_as_the_a_priori_bound_says(x64):
   noise = jax.random.normal(jax.random.PRNGKey(4), _flat(opt).shape, jnp.float64)
   start = jax.flatten_util.ravel_pytree(opt)[1](_flat(opt) + 0.1 * noise + 0.3)
   smooth = ul.gradient.linear_smoothness(obj, tasks[1])
-  g0 = float(continual.stage_grad_norm(obj, start, anchor, tasks[1]))
+  g0 = float(objective.stage_grad_norm(obj, start, anchor, tasks[1]))
   for steps in (1, 5, 20):
     out = ul.gradient.gradient_descent(obj, start, anchor, tasks[1], steps, 1.0 / smooth)
     bound = certificate.gd_distance_bound(g0, obj.strong_convexity, smooth, steps)
@@ -168,7 +171,7 @@ def test_hvp_cg_lissa_and_ggn_match_dense_on_a_small_mlp(x64, rng):
   obj = ul.Objective(net.apply, "softmax_ce", 0.5, 0.1)
   flat, unravel = jax.flatten_util.ravel_pytree(params)
   dense = np.asarray(jax.jit(jax.hessian(
-      lambda v: continual.data_loss(obj, unravel(v), task)))(flat))
+      lambda v: objective.data_loss(obj, unravel(v), task)))(flat))
   np.testing.assert_allclose(hessian.data_hessian(obj, params, task), dense, atol=1e-10)
   v = jax.random.normal(jax.random.PRNGKey(3), flat.shape, flat.dtype)
   hvp = jax.jit(hessian.hvp(obj, params, task))
@@ -202,9 +205,7 @@ def test_hvp_cg_lissa_and_ggn_match_dense_on_a_small_mlp(x64, rng):
 
 
 def test_storage_accounting_matches_pytree_sizes(x64):
-  tasks = _tasks("softmax_ce")
-  obj, init, fit = _linear("softmax_ce", tasks)
-  anchors = ul.train_sequence(fit, init, tasks)
+  tasks, obj, fit, anchors = _sequence("softmax_ce")
   d = 5 * 3 + 3
   sizes = {}
   for name, plan in {"full": ul.uniform_plan("full", T), "diag": ul.uniform_plan("diag", T),
