@@ -37,6 +37,9 @@ from absl import app
 from absl import flags
 import numpy as np
 
+# The experiments whose method core this benchmark times (tests/experiments/test_contract.py).
+COVERS = ("dfm_convergence", "divin")
+
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch_size", 256, "Training batch size.")
 flags.DEFINE_integer("train_steps", 200, "Training steps per timed block.")

@@ -14,7 +14,8 @@
   RBF repulsion among the particles of one batch,
 
       v_i <- v_w(t, x_i) - alpha (1 - t) grad_{x_i} (1/B) sum_j k(x_i, x_j),
-      k(x, y) = exp(-|x - y|^2 / (2 ell^2)),  ell^2 = median_{i<j} |x_i - x_j|^2 / (2 log B),
+      k(x, y) = exp(-|x - y|^2 / (2 ell^2)),
+      ell^2 = median_{i<j} |x_i - x_j|^2 / (2 log(B + 1)),
 
   so particles of the same condition push each other apart.
 * DivIn combined with CADS is ``divin.langevin.divin_init`` followed by ``cads_field``.
@@ -34,18 +35,58 @@ Array = jax.Array
 
 
 def cfg_field(apply_fn: Callable, params, cond: Array, w) -> Callable:
-  """Classifier-free guidance with weight w."""
+  """Classifier-free guidance v_w = v(t, x, 0) + w (v(t, x, c) - v(t, x, 0)).
+
+  Args:
+    apply_fn: ``apply(params, t, x, cond)``.
+    params: the network's parameters.
+    cond: conditions (B, C).
+    w: guidance weight.
+
+  Returns:
+    ``field(t, x)``.
+
+  Example:
+    >>> x1 = sample_ode(cfg_field(model.apply, params, cond, 7.0), z, num_steps=32)
+  """
   return guided_field(apply_fn, params, cond, w)
 
 
 def cads_gamma(t, t1: float, t2: float):
-  """CADS schedule in flow time: 0 before t1, 1 after t2, linear in between."""
+  """CADS schedule in flow time: gamma(t) = clip((t - t1) / (t2 - t1), 0, 1).
+
+  Args:
+    t: flow time (0 = noise, 1 = data).
+    t1, t2: the annealing window, t1 < t2.
+
+  Returns:
+    gamma(t) in [0, 1].
+
+  Example:
+    >>> cads_gamma(0.4, 0.2, 0.6)   # 0.5
+  """
   return jnp.clip((t - t1) / (t2 - t1), 0.0, 1.0)
 
 
 def anneal_condition(key: Array, cond: Array, gamma, noise_scale: float,
                      psi: float = 1.0, rescale: bool = True) -> Array:
-  """c_hat = sqrt(gamma) c + s sqrt(1 - gamma) n, rescaled and mixed with weight psi."""
+  """c_hat = sqrt(gamma) c + s sqrt(1 - gamma) n, n ~ N(0, I), then rescaled to c's
+  per-row mean/std and mixed: psi c_hat_rescaled + (1 - psi) c_hat.
+
+  Args:
+    key: PRNG key of n.
+    cond: conditions (B, C).
+    gamma: the schedule's value in [0, 1].
+    noise_scale: s.
+    psi: the mixing weight of the rescaled condition.
+    rescale: rescale (and mix) at all.
+
+  Returns:
+    The annealed conditions (B, C).
+
+  Example:
+    >>> anneal_condition(key, cond, 1.0, 0.5)   # = cond (gamma = 1)
+  """
   n = jax.random.normal(key, cond.shape, cond.dtype)
   noisy = jnp.sqrt(gamma) * cond + noise_scale * jnp.sqrt(1.0 - gamma) * n
   if not rescale:
@@ -62,7 +103,25 @@ def cads_field(apply_fn: Callable, params, cond: Array, w, key: Array, *,
                rescale: bool = True) -> Callable:
   """CFG whose conditional branch sees the annealed condition c_hat(t).
 
-  The noise n is redrawn at every grid step k = round(t N) (deterministic in key).
+  The noise n is redrawn at every grid step k = round(t N) (deterministic in key):
+
+      v(t, x) = v(t, x, 0) + w (v(t, x, c_hat(t)) - v(t, x, 0)).
+
+  Args:
+    apply_fn: ``apply(params, t, x, cond)``.
+    params: the network's parameters.
+    cond: conditions (B, C).
+    w: guidance weight.
+    key: PRNG key of the condition noise.
+    num_steps: the sampler's grid size N.
+    t1, t2: the annealing window (``cads_gamma``).
+    noise_scale, psi, rescale: as in ``anneal_condition``.
+
+  Returns:
+    ``field(t, x)``.
+
+  Example:
+    >>> field = cads_field(model.apply, params, cond, 7.0, key, num_steps=32, noise_scale=0.5)
   """
   null = jnp.zeros_like(cond)
 
@@ -79,7 +138,18 @@ def cads_field(apply_fn: Callable, params, cond: Array, w, key: Array, *,
 
 
 def rbf_repulsion(x: Array) -> Array:
-  """-grad_{x_i} (1/B) sum_j k(x_i, x_j), RBF kernel with the median bandwidth; x (B, ...)."""
+  """-grad_{x_i} (1/B) sum_j k(x_i, x_j) = (1/B) sum_j k(x_i, x_j) (x_i - x_j) / ell^2,
+  k(x, y) = exp(-|x - y|^2 / (2 ell^2)), ell^2 = median_{i<j} |x_i - x_j|^2 / (2 log(B + 1)).
+
+  Args:
+    x: particles (B, ...).
+
+  Returns:
+    The repulsion, the shape of x.
+
+  Example:
+    >>> rbf_repulsion(jnp.array([[0.0], [1.0]]))   # pushes the two points apart
+  """
   flat = x.reshape(x.shape[0], -1)
   diff = flat[:, None, :] - flat[None, :, :]
   sq = jnp.sum(diff ** 2, -1)
@@ -94,7 +164,21 @@ def rbf_repulsion(x: Array) -> Array:
 
 def particle_guidance_field(apply_fn: Callable, params, cond: Array, w, *,
                             alpha: float) -> Callable:
-  """CFG plus RBF repulsion of strength alpha (1 - t) among the batch's particles."""
+  """v_i = v_w(t, x_i) + alpha (1 - t) rbf_repulsion(x)_i, CFG plus repulsion.
+
+  Args:
+    apply_fn: ``apply(params, t, x, cond)``.
+    params: the network's parameters.
+    cond: conditions (B, C).
+    w: guidance weight.
+    alpha: repulsion strength.
+
+  Returns:
+    ``field(t, x)`` (it couples the particles of the batch).
+
+  Example:
+    >>> field = particle_guidance_field(model.apply, params, cond, 7.0, alpha=20.0)
+  """
   base = guided_field(apply_fn, params, cond, w)
 
   def field(t, x):

@@ -34,7 +34,26 @@ SCHEMES = ("ou", "euler")
 
 def langevin_step(z: Array, grad_u: Array, xi: Array, *, tau, eta,
                   scheme: str = "ou") -> Array:
-  """One update of the chosen scheme (see module docstring)."""
+  """One Langevin update on -log p(z) = |z|^2/2 + tau U(z):
+
+      euler: z - eta (tau grad U + z) + sqrt(2 eta) xi,
+      ou:    e^{-eta} z - (1 - e^{-eta}) tau grad U + sqrt(1 - e^{-2 eta}) xi.
+
+  Args:
+    z: current noise (B, ...).
+    grad_u: grad U(z), the shape of z.
+    xi: standard normal draws, the shape of z.
+    tau: inverse temperature.
+    eta: step size.
+    scheme: "ou" or "euler".
+
+  Returns:
+    The updated z.
+
+  Example:
+    >>> z = langevin_step(z, grad_fn(z, cond), jax.random.normal(key, z.shape), tau=0.1,
+    ...                   eta=0.05)
+  """
   if scheme == "euler":
     return z - eta * (tau * grad_u + z) + jnp.sqrt(2.0 * eta) * xi
   if scheme == "ou":
@@ -45,7 +64,8 @@ def langevin_step(z: Array, grad_u: Array, xi: Array, *, tau, eta,
 
 def divin_init(key: Array, z: Array, cond: Array, grad_fn: Callable, *, tau, eta,
                num_steps: int, scheme: str = "ou") -> Array:
-  """Runs ``num_steps`` Langevin updates of the initial noise z (B, ...).
+  """Runs ``num_steps`` Langevin updates of the initial noise z (B, ...) towards
+  p(z) ∝ N(z; 0, I) exp(-tau U(z)); update k uses xi_k ~ N(0, I) from fold_in(key, k).
 
   Args:
     key: PRNG key for the Langevin noise.
@@ -56,8 +76,14 @@ def divin_init(key: Array, z: Array, cond: Array, grad_fn: Callable, *, tau, eta
     eta: step size.
     num_steps: number of updates.
     scheme: "ou" (exact at tau = 0) or "euler".
+
   Returns:
     The refined noise, same shape as z.
+
+  Example:
+    >>> grad_fn = potential.potential_grad(model.apply, params, 8)
+    >>> z = divin_init(key, jax.random.normal(k0, (n, 2)), cond, grad_fn, tau=0.05,
+    ...                eta=0.05, num_steps=30)
   """
   if scheme not in SCHEMES:
     raise ValueError(f"unknown Langevin scheme {scheme!r}; expected one of {SCHEMES}")

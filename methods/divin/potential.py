@@ -32,7 +32,23 @@ Array = jax.Array
 
 def clean_prediction(apply_fn: Callable, params, z: Array, cond: Array,
                      num_rollout_steps: int = 1) -> Array:
-  """x1_hat^K(z; c): K Euler steps from t = 0 (K = 1: z + v(0, z, c)). z (B, ...)."""
+  """x1_hat^K(z; c) = Phi_K(z; c): x <- x + h v(k h, x, c), k = 0..K-1, h = 1/K, from x = z.
+
+  K = 1 is the one-shot prediction z + v(0, z, c).
+
+  Args:
+    apply_fn: ``apply(params, t (B,), x (B, ...), cond (B, C))``.
+    params: the network's parameters.
+    z: initial noise (B, ...).
+    cond: conditions (B, C) (zeros: the null condition).
+    num_rollout_steps: K.
+
+  Returns:
+    The predicted clean samples, the shape of z.
+
+  Example:
+    >>> x1_hat = clean_prediction(model.apply, params, z, cond, num_rollout_steps=8)
+  """
   h = 1.0 / num_rollout_steps
   x = z
   for k in range(num_rollout_steps):
@@ -43,14 +59,41 @@ def clean_prediction(apply_fn: Callable, params, z: Array, cond: Array,
 
 def guidance_potential(apply_fn: Callable, params, z: Array, cond: Array,
                        num_rollout_steps: int = 1) -> Array:
-  """U(z) = |x1_hat(z; c) - x1_hat(z; null)|^2 per sample: z (B, ...) -> (B,)."""
+  """U(z) = |x1_hat^K(z; c) - x1_hat^K(z; null)|^2 per sample.
+
+  Args:
+    apply_fn: ``apply(params, t, x, cond)``.
+    params: the network's parameters.
+    z: initial noise (B, ...).
+    cond: conditions (B, C).
+    num_rollout_steps: K of ``clean_prediction``.
+
+  Returns:
+    U (B,).
+
+  Example:
+    >>> u = guidance_potential(model.apply, params, z, cond, 8)
+  """
   gap = (clean_prediction(apply_fn, params, z, cond, num_rollout_steps)
          - clean_prediction(apply_fn, params, z, jnp.zeros_like(cond), num_rollout_steps))
   return jnp.sum(gap.reshape(z.shape[0], -1) ** 2, axis=1)
 
 
 def potential_grad(apply_fn: Callable, params, num_rollout_steps: int = 1) -> Callable:
-  """grad U as a per-sample function vmapped over the batch: (z (B,...), c (B,C)) -> (B,...)."""
+  """grad_z U(z; c) per sample, vmapped over the batch: (z (B, ...), c (B, C)) -> (B, ...).
+
+  Args:
+    apply_fn: ``apply(params, t, x, cond)``.
+    params: the network's parameters.
+    num_rollout_steps: K of ``clean_prediction``.
+
+  Returns:
+    ``grad_fn(z, cond)``, the ``grad_fn`` that ``langevin.divin_init`` takes.
+
+  Example:
+    >>> grad_fn = potential_grad(model.apply, params, 8)
+    >>> z = divin_init(key, z, cond, grad_fn, tau=0.05, eta=0.05, num_steps=30)
+  """
   def single(z, c):
     return guidance_potential(apply_fn, params, z[None], c[None], num_rollout_steps)[0]
 

@@ -20,9 +20,26 @@ COUPLINGS = ("independent", "minibatch_ot")
 
 def ot_pairing(key: Array, x0: Array, x1: Array, eps: float = 0.05,
                num_iters: int = 100) -> Array:
-  """Indices j (B,) such that (x0_i, x1[j_i]) is a minibatch-OT coupling.
+  """Indices j (B,) such that (x0_i, x1[j_i]) is a minibatch-OT coupling:
+
+      j_i ~ plan[i, :] / plan[i, :].sum(),   plan = argmin_P <P, C> - eps H(P),
+      C_ij = |x0_i - x1_j|^2 / mean(C).
 
   The cost is normalised by its mean so ``eps`` is scale-free.
+
+  Args:
+    key: PRNG key for drawing the partners.
+    x0: source draws (B, ...).
+    x1: target draws (B, ...).
+    eps: entropic regularisation (relative to the mean cost).
+    num_iters: Sinkhorn iterations.
+
+  Returns:
+    Partner indices (B,) into x1.
+
+  Example:
+    >>> j = ot_pairing(key, x0, x1)
+    >>> x1_paired = x1[j]
   """
   a = x0.reshape(x0.shape[0], -1)
   b = x1.reshape(x1.shape[0], -1)
@@ -33,7 +50,21 @@ def ot_pairing(key: Array, x0: Array, x1: Array, eps: float = 0.05,
 
 
 def couple(key: Array, x0: Array, x1: Array, coupling: str, *extras: Array):
-  """Returns (x0, x1, *extras) reordered by ``coupling`` (x1 and extras permuted alike)."""
+  """(x0, x1[j], *extras[j]) with j the coupling's partner of each x0_i.
+
+  Args:
+    key: PRNG key (used by "minibatch_ot").
+    x0: source draws (B, ...).
+    x1: target draws (B, ...).
+    coupling: "independent" (j_i = i) or "minibatch_ot" (``ot_pairing``).
+    *extras: arrays with leading axis B that travel with x1 (e.g. conditions).
+
+  Returns:
+    The tuple (x0, x1, *extras) with x1 and extras permuted alike.
+
+  Example:
+    >>> x0, x1, cond = couple(key, x0, x1, "minibatch_ot", cond)
+  """
   if coupling == "independent":
     return (x0, x1, *extras)
   if coupling == "minibatch_ot":

@@ -27,14 +27,45 @@ Array = jax.Array
 
 
 def drop_conditions(key: Array, cond: Array, p_uncond: float) -> Array:
-  """Replaces each row of cond by zeros (the null condition) with probability p."""
+  """CFG dropout: c_i <- b_i c_i with b_i ~ Bernoulli(1 - p_uncond), so a row becomes the
+  null condition (zeros) with probability p_uncond.
+
+  Args:
+    key: PRNG key.
+    cond: conditions (B, C).
+    p_uncond: dropout probability.
+
+  Returns:
+    The conditions with dropped rows zeroed, (B, C).
+
+  Example:
+    >>> drop_conditions(key, jnp.ones((4, 3)), 0.5)   # about half the rows are zeros
+  """
   keep = jax.random.bernoulli(key, 1.0 - p_uncond, cond.shape[:1])
   return cond * keep[:, None].astype(cond.dtype)
 
 
 def cfm_loss(apply_fn: Callable, params, x0: Array, x1: Array, t: Array, cond: Array,
              z: Array | None = None, *, path: str = "linear", sigma: float = 0.0) -> Array:
-  """Mean over the batch of |v_theta(t, X_t, c) - u_t|^2 (summed over coordinates)."""
+  """The CFM loss (1/B) sum_i |v_theta(t_i, X_{t_i}, c_i) - u_{t_i}|^2 on given draws.
+
+  Args:
+    apply_fn: ``apply(params, t (B,), x (B, ...), cond (B, C)) -> (B, ...)``.
+    params: the network's parameters.
+    x0: source draws (B, ...).
+    x1: target draws (B, ...).
+    t: times (B,) (< 1 for the bridge).
+    cond: conditions (B, C) (or whatever ``apply_fn`` takes).
+    z: the bridge's Gaussian draws (B, ...) (``path="brownian_bridge"`` only).
+    path: "linear" or "brownian_bridge" (see ``paths.sample_path``).
+    sigma: the bridge's diffusion coefficient.
+
+  Returns:
+    The scalar loss (squared error summed over coordinates, averaged over the batch).
+
+  Example:
+    >>> loss = cfm_loss(model.apply, params, x0, x1, t, cond)
+  """
   chex.assert_equal_shape([x0, x1])
   chex.assert_shape(t, x0.shape[:1])
   xt, target = paths.sample_path(path, x0, x1, t, z, sigma)
@@ -45,7 +76,26 @@ def cfm_loss(apply_fn: Callable, params, x0: Array, x1: Array, t: Array, cond: A
 def make_loss_fn(apply_fn: Callable, *, path: str = "linear", sigma: float = 0.0,
                  p_uncond: float = 0.1, coupling: str = "independent",
                  t_max: float = 1.0 - 1e-3) -> Callable:
-  """loss_fn(params, batch, key) -> (loss, {}) for the shared training loop."""
+  """``loss_fn(params, batch, key) -> (loss, {})`` for ``common.train.train``.
+
+  Draws X0 ~ N(0, I), optionally couples it to X1, t ~ U[0, t_max], the bridge's Z,
+  drops conditions with probability ``p_uncond``, and returns ``cfm_loss``.
+
+  Args:
+    apply_fn: the network, ``apply(params, t, x, cond)``.
+    path: "linear" or "brownian_bridge".
+    sigma: the bridge's diffusion coefficient.
+    p_uncond: CFG dropout probability.
+    coupling: "independent" or "minibatch_ot".
+    t_max: the largest training time (< 1 keeps the bridge target finite).
+
+  Returns:
+    The loss function; ``batch = {"x1": (B, ...), "cond": (B, C)}``.
+
+  Example:
+    >>> loss_fn = make_loss_fn(model.apply, p_uncond=0.2)
+    >>> common.train.train(init_fn=..., loss_fn=loss_fn, batch_fn=..., ...)
+  """
   if path not in paths.PATHS:
     raise ValueError(f"unknown path {path!r}; expected one of {paths.PATHS}")
   if coupling not in coupling_lib.COUPLINGS:

@@ -19,14 +19,35 @@ from common.models import MLP
 
 
 def time_features(t: jax.Array, num: int = 8) -> jax.Array:
-  """[t, sin(2 pi k t), cos(2 pi k t)] for k = 1..num//2: (B,) -> (B, 1 + num)."""
+  """phi(t) = [t, sin(2 pi k t), cos(2 pi k t)] for k = 1..num//2.
+
+  Args:
+    t: times (B,).
+    num: number of Fourier features (even).
+
+  Returns:
+    (B, 1 + num) features.
+
+  Example:
+    >>> time_features(jnp.zeros(3)).shape   # (3, 9)
+  """
   k = jnp.arange(1, num // 2 + 1, dtype=t.dtype)
   ang = 2 * jnp.pi * t[:, None] * k[None, :]
   return jnp.concatenate([t[:, None], jnp.sin(ang), jnp.cos(ang)], axis=1)
 
 
 class ConditionalMLP(nn.Module):
-  """v_theta(t, x, c) = MLP([x, phi(t), c]) with output width ``dim``."""
+  """v_theta(t, x, c) = MLP([x, phi(t), c]) with output width ``dim``.
+
+  Attributes:
+    hidden: widths of the hidden layers.
+    dim: output width (the data dimension).
+
+  Example:
+    >>> model = ConditionalMLP(hidden=(64, 64), dim=2)
+    >>> params = model.init(key, jnp.zeros((1,)), jnp.zeros((1, 2)), jnp.zeros((1, 3)))
+    >>> model.apply(params, t, x, cond)   # (B, 2)
+  """
   hidden: Sequence[int]
   dim: int
 

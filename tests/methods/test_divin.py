@@ -9,6 +9,7 @@ from scipy import stats
 from methods import divin
 from methods.divin import baselines, langevin, metrics, potential
 from methods.flow_matching import closed_form
+from methods.flow_matching import sampling as fm_sampling
 
 
 def _exact_flow():
@@ -66,25 +67,28 @@ def test_guidance_potential_on_the_exact_flow(rng):
   z = jax.random.normal(rng, (24, 2))
   cond = jnp.broadcast_to(jax.nn.one_hot(0, 2), (24, 2))
   # One-shot prediction at t = 0 is E[X1|c] for every z: U is constant, grad U = 0.
-  u1 = potential.guidance_potential(apply, None, z, cond, 1)
+  u1 = jax.jit(lambda z, c: potential.guidance_potential(apply, None, z, c, 1))(z, cond)
   np.testing.assert_allclose(u1, u1[0], rtol=1e-4)
-  np.testing.assert_allclose(potential.potential_grad(apply, None, 1)(z, cond), 0.0, atol=1e-3)
+  grad1 = jax.jit(potential.potential_grad(apply, None, 1))
+  np.testing.assert_allclose(grad1(z, cond), 0.0, atol=1e-3)
   # K-step rollouts depend on z; the null condition has U = 0.
   u_fn = jax.jit(lambda z, c: potential.guidance_potential(apply, None, z, c, 3))
   u3 = u_fn(z, cond)
   assert float(jnp.std(u3)) > 0.1
   np.testing.assert_allclose(u_fn(z, 0 * cond), 0.0, atol=1e-6)
   # vmapped per-sample gradient equals the gradient of the batch sum.
-  g = potential.potential_grad(_toy_apply, None, 3)(z, cond)
-  g_sum = jax.grad(lambda z: jnp.sum(potential.guidance_potential(_toy_apply, None, z, cond, 3)))(z)
+  g = jax.jit(potential.potential_grad(_toy_apply, None, 3))(z, cond)
+  g_sum = jax.jit(jax.grad(
+      lambda z: jnp.sum(potential.guidance_potential(_toy_apply, None, z, cond, 3))))(z)
   np.testing.assert_allclose(g, g_sum, rtol=1e-4, atol=1e-4)
   # The tilt lowers the potential: same chain noise, tau = 1 vs tau = 0.
   zb = jax.random.normal(jax.random.PRNGKey(9), (512, 2))
   cb = jnp.broadcast_to(jax.nn.one_hot(0, 2), (512, 2))
   grad_fn = potential.potential_grad(_toy_apply, None, 3)
   u_toy = lambda z: jnp.mean(potential.guidance_potential(_toy_apply, None, z, cb, 3))
-  run = lambda tau: divin.divin_init(rng, zb, cb, grad_fn, tau=tau, eta=0.05, num_steps=40)
-  assert float(u_toy(run(1.0))) < 0.8 * float(u_toy(run(0.0)))
+  run = jax.jit(lambda tau: u_toy(divin.divin_init(rng, zb, cb, grad_fn, tau=tau, eta=0.05,
+                                                    num_steps=40)))
+  assert float(run(1.0)) < 0.8 * float(run(0.0))
 
 
 def test_baseline_fields(rng):
@@ -171,3 +175,67 @@ def test_pareto_and_hypervolume_against_brute_force():
     cells |= (gx <= p[0]) & (gy <= p[1])
   assert metrics.hypervolume_2d(pts) == pytest.approx(cells.mean(), abs=2e-3)
   assert metrics.hypervolume_2d(np.zeros((0, 2))) == 0.0
+
+
+def test_ring_modes_and_batches():
+  means, weights = divin.ring_modes(3, (3.0, 1.0), 5.0)
+  assert means.shape == (3, 2, 2) and means.dtype == np.float32
+  np.testing.assert_allclose(weights, [0.75, 0.25])
+  np.testing.assert_allclose(np.linalg.norm(means, axis=-1), 5.0, rtol=1e-6)
+  # The 6 modes are interleaved: mode k of class c sits at angle 2 pi (k C + c) / (C K).
+  angles = np.mod(np.arctan2(means[..., 1], means[..., 0]), 2 * np.pi)
+  np.testing.assert_allclose(angles, 2 * np.pi * np.array([[0, 3], [1, 4], [2, 5]]) / 6,
+                             atol=1e-5)
+  b = divin.mixture_batch(4, 9, means=means, weights=weights, std=0.1, batch_size=600)
+  again = divin.mixture_batch(4, 9, means=means, weights=weights, std=0.1, batch_size=600)
+  np.testing.assert_array_equal(b["x1"], again["x1"])               # pure in (seed, step)
+  assert b["x1"].shape == (600, 2) and b["cond"].shape == (600, 3)
+  labels = b["cond"].argmax(1)
+  nearest = np.linalg.norm(b["x1"][:, None, :] - means[labels], axis=-1).argmin(1)
+  assert abs(np.mean(nearest == 0) - 0.75) < 0.06                   # mode weights respected
+  assert np.all(np.abs(np.bincount(labels, minlength=3) / 600 - 1 / 3) < 0.06)
+  x, y = np.arange(20.0)[:, None], np.arange(20) % 4
+  d = divin.dataset_batch(1, 2, x=x, labels=y, num_classes=4, batch_size=8)
+  np.testing.assert_array_equal(d["cond"].argmax(1), d["x1"][:, 0].astype(int) % 4)
+
+
+def test_class_metrics_average_the_per_class_metrics(rng):
+  means = jnp.array([[[0.0, 0.0], [4.0, 0.0]], [[0.0, 4.0], [4.0, 4.0]]])
+  samples = 0.3 * jax.random.normal(rng, (2, 16, 2)) + means[:, :1]    # mode 0 of each class
+  out = divin.class_mode_metrics(samples, means, 0.3, 3.0, 1.0)
+  scales = jnp.full((2,), 0.3)
+  for name, fn in (("precision", lambda x, c: metrics.precision(x, means[c], scales)),
+                   ("coverage", lambda x, c: metrics.mode_coverage(x, means[c], scales)),
+                   ("vendi", lambda x, c: metrics.vendi_score(x, 1.0)),
+                   ("pairwise", lambda x, c: metrics.mean_pairwise_distance(x))):
+    assert out[name] == pytest.approx(np.mean([float(fn(samples[c], c)) for c in range(2)]),
+                                      rel=1e-6)
+  assert out["coverage"] == pytest.approx(0.5)
+  real = [samples[0] + 0.01, samples[1] + 5.0]
+  dens = divin.class_density_metrics(samples, real, k=3, lengthscale=1.0)
+  per_class = [metrics.density_coverage(r, samples[c], 3) for c, r in enumerate(real)]
+  assert dens["density"] == pytest.approx(np.mean([float(d) for d, _ in per_class]), rel=1e-6)
+  assert dens["coverage"] == pytest.approx(0.5)                     # class 1 is far off
+
+
+def test_sample_classes_composes_the_named_pieces(rng):
+  """divin = Euler on cfg_field from divin_init's noise, with the documented keys."""
+  apply = _toy_apply
+  out = divin.sample_classes(None, rng, 3.0, 0.5, 0.3, 2.0, 0.1, apply_fn=apply, method="divin",
+                             shape=(8, 2), num_classes=2, num_steps=6, divin_steps=5,
+                             rollout_steps=2)
+  assert out.shape == (2, 8, 2)
+
+  @jax.jit
+  def reference(key_c):                                             # one class, by hand
+    k_z, k_l, _ = jax.random.split(key_c, 3)
+    cond = jnp.broadcast_to(jax.nn.one_hot(1, 2), (8, 2))
+    z = divin.divin_init(k_l, jax.random.normal(k_z, (8, 2)), cond,
+                         potential.potential_grad(apply, None, 2), tau=0.5, eta=0.1,
+                         num_steps=5)
+    return fm_sampling.sample_ode(baselines.cfg_field(apply, None, cond, 3.0), z, num_steps=6)
+
+  np.testing.assert_allclose(out[1], reference(jax.random.split(rng, 2)[1]), rtol=1e-5,
+                             atol=1e-5)
+  with pytest.raises(ValueError, match="unknown method"):
+    divin.method_field("nope", apply, None, jnp.zeros((8, 2)), 1.0, rng, num_steps=4)

@@ -225,3 +225,26 @@ def test_networks_train_through_the_common_loop(tmp_path):
   assert cnn.apply(params, jnp.ones((3,)), x, jnp.ones((3, 10))).shape == (3, 8, 8, 1)
   with pytest.raises(ValueError, match="expects x of shape"):
     cnn.apply(params, jnp.ones((3,)), jnp.zeros((3, 64)), jnp.ones((3, 10)))
+
+
+def test_random_targets_have_the_stated_laws(x64):
+  g = fm.rotated_gaussian(jax.random.PRNGKey(0), 5, mean_scale=0.5, cov_min=0.25, cov_max=4.0)
+  np.testing.assert_allclose(g.mean, 0.5 * np.ones(5))
+  np.testing.assert_allclose(jnp.linalg.eigvalsh(g.cov), np.geomspace(0.25, 4.0, 5), rtol=1e-10)
+  np.testing.assert_allclose(g.cov, g.cov.T, atol=1e-12)
+  mix = fm.sphere_mixture(jax.random.PRNGKey(1), 3, num_components=4, radius=2.0, std=0.5)
+  np.testing.assert_allclose(mix.weights, [0.4, 0.3, 0.2, 0.1])
+  np.testing.assert_allclose(jnp.linalg.norm(mix.means, axis=1), 2.0, rtol=1e-12)
+  np.testing.assert_allclose(mix.covs, np.broadcast_to(0.25 * np.eye(3), (4, 3, 3)))
+
+
+def test_coupling_bound_is_an_upper_bound_on_w2(x64):
+  """(mean |x_i - y_i|^2)^(1/2) >= the optimal assignment's W2; equal for sorted 1-D pairs."""
+  rng = np.random.default_rng(0)
+  x, y = rng.normal(size=(6, 2)), rng.normal(size=(6, 2)) + 0.5
+  bound = float(fm.coupling_w2_bound(jnp.asarray(x), jnp.asarray(y)))
+  np.testing.assert_allclose(bound, np.sqrt(np.mean(np.sum((x - y) ** 2, 1))), rtol=1e-12)
+  assert bound >= fm.exact_w2(x, y) - 1e-12
+  a, b = np.sort(rng.normal(size=(7, 1)), 0), np.sort(rng.normal(size=(7, 1)), 0)
+  np.testing.assert_allclose(float(fm.coupling_w2_bound(jnp.asarray(a), jnp.asarray(b))),
+                             fm.exact_w2(a, b), rtol=1e-10)
