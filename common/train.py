@@ -4,13 +4,26 @@
 runs `config.num_steps` optimizer updates of
 
     (loss, metrics), g = value_and_grad(loss_fn)(params, batch_fn(seed, s), fold_in(key, s))
-    params, opt_state = optax update of (g, opt_state, params)
+    updates, opt_state = optimizer.update(g, opt_state, params)
+    params = params + updates
 
-as one jit-compiled step that donates its state. Parameters are created by a
-jitted init whose outputs are pinned replicated on a `jax.sharding.Mesh` (shapes
-for restoring come from `eval_shape`), batches are split over the mesh `data`
-axis, so the same code runs on 1 CPU, N fake CPU devices, GPUs and TPU pods
-(multi-host with `config.distributed`). The init and step are jitted once at
+as one jit-compiled step that donates its state. Gradient-free optimizers
+(zeroth-order estimators, evolution strategies) run through the same loop with
+`gradient_free=True`: the step then skips `value_and_grad` and hands the
+optimizer, an `optax.GradientTransformationExtraArgs`, the loss, batch and key
+as extra arguments,
+
+    updates, opt_state = optimizer.update(params, opt_state, params,
+                                          loss_fn=loss_fn, batch=batch, key=fold_in(key, s))
+
+and logs the loss the optimizer measured, which it keeps in its state under the
+name `loss` (read with `optax.tree.get`; e.g. `methods.zeroth_order.ZOState`).
+Checkpoints, resume, metrics, the NaN guard and the mesh are the same for both.
+
+Parameters are created by a jitted init whose outputs are pinned replicated on a
+`jax.sharding.Mesh` (shapes for restoring come from `eval_shape`), batches are
+split over the mesh `data` axis, so the same code runs on 1 CPU, N fake CPU
+devices, GPUs and TPU pods (multi-host with `config.distributed`). The init and step are jitted once at
 module level with the user's functions, optimizer and mesh as static arguments:
 calling `train` again with the same objects (resuming in a notebook) reuses the
 compiled code.
@@ -85,7 +98,8 @@ class TrainResult(NamedTuple):
   Attributes:
     state: the final `TrainState` (replicated over the mesh).
     history: one dict per logged step of this call, `{"step": s, "loss": ...,
-      "grad_norm": ..., **metrics}` with Python floats.
+      "grad_norm": ..., **metrics}` with Python floats (gradient-free runs:
+      `{"step": s, "loss": ..., "update_norm": ...}`).
   """
   state: TrainState
   history: list[dict[str, float]]
@@ -218,18 +232,36 @@ def _init_state(key: jax.Array, *, init_fn: Callable, opt_init: Callable,
                                           replicated_sharding(mesh))
 
 
+def _gradient_free_update(opt_update: Callable, loss_fn: Callable, params: Any,
+                          opt_state: Any, batch: Any, key: jax.Array):
+  """updates, opt_state and metrics of a gradient-free optimizer (no value_and_grad)."""
+  updates, opt_state = opt_update(params, opt_state, params,
+                                  loss_fn=functools.partial(_checked_loss, loss_fn),
+                                  batch=batch, key=key)
+  loss = optax.tree.get(opt_state, "loss")
+  if loss is None or jnp.shape(loss) != ():
+    raise TypeError("a gradient-free optimizer must keep the scalar loss it measured in "
+                    "its state under the name 'loss' (e.g. a NamedTuple field), got "
+                    f"{loss!r}; with gradient_free=False the loop computes gradients")
+  return updates, opt_state, {"loss": loss, "update_norm": optax.tree.norm(updates)}
+
+
 @functools.partial(jax.jit, donate_argnums=0,
-                   static_argnames=("loss_fn", "opt_update", "mesh"))
+                   static_argnames=("loss_fn", "opt_update", "mesh", "gradient_free"))
 def _train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callable,
-                opt_update: Callable, mesh: jax.sharding.Mesh):
+                opt_update: Callable, mesh: jax.sharding.Mesh, gradient_free: bool = False):
   """One update; returns (new state, metrics incl. loss and grad_norm, state-finite flag)."""
   step_key = jax.random.fold_in(key, state.step)
-  (loss, metrics), grads = jax.value_and_grad(
-      functools.partial(_checked_loss, loss_fn), has_aux=True)(state.params, batch, step_key)
-  updates, opt_state = opt_update(grads, state.opt_state, state.params)
+  if gradient_free:
+    updates, opt_state, metrics = _gradient_free_update(
+        opt_update, loss_fn, state.params, state.opt_state, batch, step_key)
+  else:
+    (loss, metrics), grads = jax.value_and_grad(
+        functools.partial(_checked_loss, loss_fn), has_aux=True)(state.params, batch, step_key)
+    updates, opt_state = opt_update(grads, state.opt_state, state.params)
+    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **metrics}
   params = optax.apply_updates(state.params, updates)
   new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
-  metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **metrics}
   outputs = (new_state, metrics, _all_finite((params, opt_state)))
   return jax.lax.with_sharding_constraint(outputs, replicated_sharding(mesh))
 
@@ -265,13 +297,20 @@ def init_train_state(key: jax.Array, *, init_fn: Callable[[jax.Array], Any],
 
 
 def train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callable,
-               optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh
+               optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh,
+               gradient_free: bool = False
                ) -> tuple[TrainState, dict[str, jax.Array], jax.Array]:
   """The loop's jit-compiled update (for callers who write their own loop).
 
       (loss, metrics), g = value_and_grad(loss_fn)(params, batch, fold_in(key, state.step))
       updates, opt_state = optimizer.update(g, opt_state, params)
       params = params + updates
+
+  or, with `gradient_free=True` (no gradients are computed),
+
+      updates, opt_state = optimizer.update(params, opt_state, params, loss_fn=loss_fn,
+                                            batch=batch, key=fold_in(key, state.step))
+      params = params + updates;   loss = optax.tree.get(opt_state, "loss")
 
   Compiled once per (loss_fn, optimizer, mesh) and batch shapes (loss_fn and
   optimizer must be hashable, as functions are; wrap others in
@@ -283,15 +322,19 @@ def train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callab
     batch: a pytree of global arrays (e.g. from `shard_batch`).
     key: the base PRNG key; the step's key is `fold_in(key, state.step)`.
     loss_fn: `(params, batch, key) -> (scalar loss, {name: scalar})`.
-    optimizer: an `optax.GradientTransformation`.
+    optimizer: an `optax.GradientTransformation` (gradient-free: one that
+      accepts the extra arguments, e.g. an `optax.chain` headed by a
+      zeroth-order estimator, and keeps a scalar `loss` in its state).
     mesh: the device mesh; outputs are replicated over it.
+    gradient_free: skip `value_and_grad` (see above).
 
   Returns:
-    (new state, metrics with "loss", "grad_norm" and loss_fn's metrics,
-    bool scalar: all of the new params and optimizer state are finite).
+    (new state, metrics with "loss", "grad_norm" and loss_fn's metrics (gradient
+    free: "loss" and "update_norm"), bool scalar: all of the new params and
+    optimizer state are finite).
   """
   return _train_step(state, batch, key, loss_fn=loss_fn, opt_update=optimizer.update,
-                     mesh=mesh)
+                     mesh=mesh, gradient_free=bool(gradient_free))
 
 
 def _ordered_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -316,22 +359,29 @@ def train(*, init_fn: Callable[[jax.Array], Any],
           optimizer: optax.GradientTransformation,
           config: ml_collections.ConfigDict,
           workdir: str | os.PathLike,
-          mesh: jax.sharding.Mesh | None = None) -> TrainResult:
+          mesh: jax.sharding.Mesh | None = None,
+          gradient_free: bool = False) -> TrainResult:
   """Trains `init_fn`'s parameters on `loss_fn` with `optimizer`, resuming from `workdir`.
 
   Args:
     init_fn: `key -> params` pytree (e.g. `lambda k: model.init(k, x)`).
     loss_fn: `(params, batch, key) -> (scalar loss, {name: scalar metric})`,
-      traceable; `key` is `fold_in(step_key, s)` at update `s`.
+      traceable; `key` is `fold_in(step_key, s)` at update `s`. With
+      `gradient_free` it is handed to the optimizer (which may evaluate its own).
     batch_fn: `(seed, step) -> batch` pytree with leading axis
       `config.batch_size`, a pure function of its arguments (resuming relies
       on it). Host-side; returns NumPy or JAX arrays.
-    optimizer: an `optax.GradientTransformation`.
+    optimizer: an `optax.GradientTransformation`. With `gradient_free`, its
+      update takes the extra arguments `loss_fn`, `batch` and `key` (as
+      `optax.GradientTransformationExtraArgs` and `optax.chain` do) and its
+      state holds the scalar `loss` it measured.
     config: the loop's settings, see `default_train_config()`.
     workdir: run directory: checkpoints in `workdir/checkpoints`, metrics in
       `workdir/metrics.jsonl` and `workdir/events.out.tfevents.*`.
     mesh: the device mesh; default `make_mesh(config.mesh_shape)`. It must
       have a "data" axis; batches are split over it and parameters replicated.
+    gradient_free: update without gradients (zeroth-order estimators,
+      evolution strategies): see the module docstring.
 
   Returns:
     `TrainResult(state, history)`: the state after `config.num_steps` updates
@@ -353,6 +403,8 @@ def train(*, init_fn: Callable[[jax.Array], Any],
     raise TypeError(f"optimizer must be an optax.GradientTransformation, got {optimizer!r}")
   # Unhashable callables cannot be jit static arguments: wrap them once per call.
   init_fn, loss_fn = _hashable(init_fn), _hashable(loss_fn)
+  if gradient_free:  # Extra arguments reach the transformations that take them.
+    optimizer = optax.with_extra_args_support(optimizer)
   optimizer = optax.GradientTransformation(_hashable(optimizer.init),
                                            _hashable(optimizer.update))
   maybe_initialize_distributed(bool(config.distributed))
@@ -372,7 +424,8 @@ def train(*, init_fn: Callable[[jax.Array], Any],
   abstract_state = jax.eval_shape(functools.partial(_make_state, init_fn=init_fn,
                                                     opt_init=optimizer.init), init_key)
   state_shardings = jax.tree.map(lambda _: replicated_sharding(mesh), abstract_state)
-  step_fn = functools.partial(train_step, loss_fn=loss_fn, optimizer=optimizer, mesh=mesh)
+  step_fn = functools.partial(train_step, loss_fn=loss_fn, optimizer=optimizer, mesh=mesh,
+                              gradient_free=gradient_free)
 
   def place_batch(step):
     batch = batch_fn(seed, step)

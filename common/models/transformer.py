@@ -45,6 +45,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from common.models.taps import TAPS, linear_paths, sow_input  # noqa: F401 (re-exported)
+
 FAMILIES = ("llama", "neox")
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "silu": jax.nn.silu,
@@ -53,7 +55,6 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "relu": jax.nn.relu,
 }
 ROPE_SCALINGS = ("none", "linear", "llama3")
-TAPS = "taps"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,14 +280,15 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
 
 
 class Linear(nn.Module):
-  """y = x W + b with W stored (in, out); sows its input x under "taps"."""
+  """y = x W + b with W stored (in, out); sows its input x under "taps" (the
+  convention of `common.models.taps`)."""
   features: int
   use_bias: bool = False
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    self.sow(TAPS, "input", x, init_fn=lambda: None, reduce_fn=lambda _, new: new)
+    sow_input(self, x)
     kernel = self.param("kernel", nn.initializers.normal(0.02), (x.shape[-1], self.features),
                         jnp.float32)
     y = jnp.dot(x.astype(self.dtype), kernel.astype(self.dtype))
@@ -448,23 +450,6 @@ def init_params(model: Transformer, key: jax.Array, seq_len: int = 1) -> Any:
 
 def num_params(params: Any) -> int:
   return int(sum(x.size for x in jax.tree.leaves(params)))
-
-
-def linear_paths(params: Any) -> list[tuple[str, ...]]:
-  """Paths (tuples of keys) of every `Linear` in `params` (the dicts holding a 2-D
-  "kernel"); the same paths index the "taps" collection."""
-  paths = []
-
-  def visit(tree, prefix):
-    if hasattr(tree, "items"):
-      if "kernel" in tree and getattr(tree["kernel"], "ndim", 0) == 2:
-        paths.append(prefix)
-        return
-      for name, sub in tree.items():
-        visit(sub, prefix + (name,))
-
-  visit(params, ())
-  return paths
 
 
 def component_mask(params: Any, config: TransformerConfig, layer: int,

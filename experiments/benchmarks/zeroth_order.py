@@ -4,14 +4,14 @@ one model and batch, and the AGZO/MeZO gradient-cosine ratio, in one run.
   python -m experiments.benchmarks.zeroth_order [--lm_workdir=results/lm]
       [--ranks=1,4,16] [--steps=20] [--repeats=5] [--draws=32]
 
-The model is the LM of `experiments/configs/lm.py:<--lm_preset>`; with --lm_workdir
-holding its trained checkpoint (e.g. the zeroth_order experiment's workdir/lm) that
-model is restored (if the checkpoint is missing it is trained there first), otherwise
-the benchmark uses freshly initialised weights (speed and memory do not depend on the
-weights; the cosine ratio does, so it is printed only for a restored model). Every method
-tunes the same parameters as the quick experiment (`--trainable`) on the same English
-vs code batch (`experiments/zeroth_order.py`), with an optax SGD step (first order
-also with Adam).
+The model is the shared LM of `common.lm` with preset `--lm_preset`; with
+--lm_workdir holding its trained checkpoint (e.g. the zeroth_order experiment's
+workdir/lm) that model is restored (if the checkpoint is missing it is trained there
+first), otherwise the benchmark uses freshly initialised weights (speed and memory do
+not depend on the weights; the cosine ratio does, so it is printed only for a restored
+model). Every method tunes the same parameters as the quick experiment (`--trainable`)
+on the same English vs code batch (`methods.zeroth_order.task`), with the optax chains
+of `methods.zeroth_order.recipes` (SGD; first order also with Adam).
 
 For each method: the step is jitted with donated params and optimizer state, lowered
 and compiled once (compilation excluded), `memory_analysis()` gives the peak (arguments
@@ -35,12 +35,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from common import lm as lm_lib
 from common.models import transformer
-from experiments import lm as lm_experiment
-from experiments import zeroth_order as ex
-from experiments.configs import lm as lm_configs
 from experiments.configs import zeroth_order as zo_configs
 import methods.zeroth_order as zo
+from methods.zeroth_order import recipes
+from methods.zeroth_order import task as task_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("lm_workdir", "", "Workdir of a trained LM checkpoint (empty: random init).")
@@ -52,64 +52,58 @@ flags.DEFINE_integer("draws", 32, "Draws for the cosine ratio.")
 flags.DEFINE_enum("trainable", "linear", ["linear", "all"], "Tuned parameters.")
 
 
-def main(argv):
-  del argv
-  if FLAGS.steps < 1 or FLAGS.repeats < 1 or FLAGS.draws < 1:
-    raise app.UsageError("--steps, --repeats and --draws must be >= 1")
-  ranks = [int(r) for r in FLAGS.ranks]
-  config = zo_configs.get_config("quick")
-  config.unlock()
-  config.trainable, config.agzo_ranks = FLAGS.trainable, tuple(ranks)
-  lm_config = lm_configs.get_config(FLAGS.lm_preset)
-  restored = bool(FLAGS.lm_workdir)
-  if restored:
-    trained = lm_experiment.load_or_train(lm_config, FLAGS.lm_workdir)
-    model, full = trained.model, trained.params
-  else:
-    model = transformer.Transformer(lm_experiment.model_config(lm_config))
-    full = transformer.init_params(model, jax.random.PRNGKey(0))
-  params, frozen = ex.split_trainable(full, config.trainable)
-  losses = ex.make_losses(model, [ord(v) for v in config.verbalisers])
-  task = ex.make_task(lm_config.validation_fraction)
-  batch = ex.device_batch(task.train, 0, 0, config.batch_size, config, frozen)
-  print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs; model {transformer.num_params(full) / 1e6:.2f}M params "
-        f"({'trained' if restored else 'random init'}), tuning {config.trainable} "
-        f"({transformer.num_params(params) / 1e6:.2f}M); batch {config.batch_size} x "
-        f"{config.window} bytes; {FLAGS.repeats} x {FLAGS.steps} steps")
-  names = ["mezo", "lozo"] + [f"agzo_r{r}" for r in ranks] + ["first_order", "first_order_adam"]
-  rows = {}
+def _model(lm_config):
+  """(model, full params, restored?) of the LM."""
+  if FLAGS.lm_workdir:
+    trained = lm_lib.load_or_train(lm_config, FLAGS.lm_workdir)
+    return trained.model, trained.params, True
+  model = transformer.Transformer(lm_lib.model_config(lm_config))
+  return model, transformer.init_params(model, jax.random.PRNGKey(0)), False
+
+
+def _optimizer(name: str, losses, params, config):
+  lr = recipes.learning_rate("mezo" if name.startswith("first_order") else name, params,
+                             config.fine_tune)
+  key = jax.random.PRNGKey(1)
+  if name == "first_order_adam":
+    return recipes.optimizer("first_order", losses.loss_fn, losses.loss_and_taps,
+                             config.fine_tune.lr_first_order, config.estimator, key=key)
+  if name == "first_order":
+    return optax.chain(zo.first_order(losses.loss_fn), optax.sgd(lr))
+  return recipes.optimizer(name, losses.loss_fn, losses.loss_and_taps, lr, config.estimator,
+                           key=key)
+
+
+def _time(tx, params, batch) -> tuple[float, float, float, float]:
+  """(median, min, max steps/s, peak MiB) of the donating jitted step."""
+  p = jax.tree.map(jnp.copy, params)
+  state = tx.init(p)
+  step = zo.make_step(tx).lower(p, state, batch).compile()
+  memory = recipes.peak_bytes(step) / 2**20
+  p, state = step(p, state, batch)  # warm-up
+  times = []
+  for _ in range(FLAGS.repeats):
+    t0 = time.perf_counter()
+    for _ in range(FLAGS.steps):
+      p, state = step(p, state, batch)
+    jax.block_until_ready(p)
+    times.append(time.perf_counter() - t0)
+  sps = [FLAGS.steps / t for t in times]
+  return statistics.median(sps), min(sps), max(sps), memory
+
+
+def _cosines(losses, params, batch, names, config) -> dict[str, float]:
+  grads = jax.jit(jax.grad(losses.loss_fn))(params, batch)
+  out = {}
   for name in names:
-    base = "first_order" if name.startswith("first_order") else name
-    lr = ex.learning_rate(base if base != "first_order" else "mezo", params, config)
-    if name == "first_order_adam":
-      tx = ex.optimizer("first_order", losses[0], losses[1], config.lr_first_order, config)
-    elif name == "first_order":
-      tx = optax.chain(zo.first_order(losses[0]), optax.sgd(lr))
-    else:
-      tx = ex.optimizer(name, losses[0], losses[1], lr, config)
-    p = jax.tree.map(jnp.copy, params)
-    state = tx.init(p)
-    step = zo.make_step(tx).lower(p, state, batch).compile()
-    memory = ex.peak_bytes(step) / 2**20
-    p, state = step(p, state, batch)  # warm-up
-    times = []
-    for _ in range(FLAGS.repeats):
-      t0 = time.perf_counter()
-      for _ in range(FLAGS.steps):
-        p, state = step(p, state, batch)
-      jax.block_until_ready(p)
-      times.append(time.perf_counter() - t0)
-    sps = [FLAGS.steps / t for t in times]
-    rows[name] = (statistics.median(sps), min(sps), max(sps), memory)
-  cos = {}
-  if restored:
-    grads = jax.jit(jax.grad(losses[0]))(params, batch)
-    for name in ["mezo"] + [f"agzo_r{r}" for r in ranks]:
-      est = ex.estimate_fn(name, losses[0], losses[1], config)
-      c = jax.jit(lambda p, b, g, est=est: zo.alignment_draws(
-          est, p, b, g, jax.random.PRNGKey(7), FLAGS.draws))(params, batch, grads)["overall"]
-      cos[name] = float(np.mean(np.asarray(c)))
+    est = recipes.estimator(name, losses.loss_fn, losses.loss_and_taps, config.estimator)
+    c = jax.jit(lambda p, b, g, est=est: zo.alignment_draws(
+        est, p, b, g, jax.random.PRNGKey(7), FLAGS.draws))(params, batch, grads)["overall"]
+    out[name] = float(np.mean(np.asarray(c)))
+  return out
+
+
+def _print_table(rows: dict, cos: dict) -> None:
   mezo_sps, mezo_mem = rows["mezo"][0], rows["mezo"][3]
   print("\n| method | steps/s median [min-max] | forward passes/s | speed vs MeZO | peak MiB | "
         "memory vs MeZO | mean cosine | cosine vs MeZO |")
@@ -120,6 +114,33 @@ def main(argv):
     c_txt = (f"{c:.2e} | {c / cos['mezo']:.2f}" if c is not None else "- | -")
     print(f"| {name} | {med:.1f} [{lo:.1f}-{hi:.1f}] | {fwd:.1f} | {med / mezo_sps:.2f} | "
           f"{mem:.1f} | {mem / mezo_mem:.2f} | {c_txt} |")
+
+
+def main(argv):
+  del argv
+  if FLAGS.steps < 1 or FLAGS.repeats < 1 or FLAGS.draws < 1:
+    raise app.UsageError("--steps, --repeats and --draws must be >= 1")
+  ranks = [int(r) for r in FLAGS.ranks]
+  config = zo_configs.get_config("quick")
+  lm_config = lm_lib.get_config(FLAGS.lm_preset)
+  model, full, restored = _model(lm_config)
+  params, frozen = task_lib.split_trainable(full, FLAGS.trainable)
+  losses = task_lib.verbaliser_losses(model, [ord(v) for v in config.task.verbalisers])
+  task = task_lib.make_task(lm_config.validation_fraction)
+  batch = task_lib.labelled_batch(task.train, 0, 0, config.train.batch_size,
+                                  config.task.window, frozen)
+  print(f"jax {jax.__version__} on {jax.devices()[0].platform}, "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; model "
+        f"{transformer.num_params(full) / 1e6:.2f}M params "
+        f"({'trained' if restored else 'random init'}), tuning {FLAGS.trainable} "
+        f"({transformer.num_params(params) / 1e6:.2f}M); batch {config.train.batch_size} x "
+        f"{config.task.window} bytes; {FLAGS.repeats} x {FLAGS.steps} steps")
+  agzo = [f"agzo_r{r}" for r in ranks]
+  names = ["mezo", "lozo", *agzo, "first_order", "first_order_adam"]
+  rows = {name: _time(_optimizer(name, losses, params, config), params, batch)
+          for name in names}
+  cos = _cosines(losses, params, batch, ["mezo", *agzo], config) if restored else {}
+  _print_table(rows, cos)
 
 
 if __name__ == "__main__":

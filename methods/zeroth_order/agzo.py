@@ -33,6 +33,12 @@ k the subspace dimension, against kappa(D) for isotropic (MeZO) perturbations of
 D parameters: higher whenever the activations are close to low-rank (|P g| / |g| >>
 sqrt(k / D)), and no better when they are isotropic (see `alignment.py`).
 
+Which inputs are read. AGZO needs, for the kernel at `params[path]["kernel"]`, its
+input at `taps[path]["input"]` (the convention of `common.models.taps`): the
+transformer's linear layers record it, and so does any flax model built with
+`common.models.TappedDense` or applied with `common.models.apply_with_taps` (which
+taps every `nn.Dense`). Kernels without a tap get isotropic Gaussian noise.
+
 References:
   Activation-Guided Zeroth-Order optimization (AGZO), ICML 2026 (abstract in
   papers/icml2026-abstracts.txt; evaluated on Qwen3 and Pangu models). Halko, Martinsson, Tropp,
@@ -47,8 +53,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import optax
 
-from common.models import transformer
+from common.models import taps as taps_lib
 from methods.zeroth_order import perturbation
 from methods.zeroth_order import transform
 
@@ -59,6 +66,8 @@ _SKETCH_STREAM = 2**31 - 2
 def power_iteration_basis(h: jax.Array, rank: int, key: jax.Array,
                           num_iters: int = 2, rel_tol: float = 1e-4) -> jax.Array:
   """A (d_in, r'): orthonormal basis of the dominant rank-r' row space of h.
+
+      Q_0 = qr(Omega),  Omega ~ N(0, 1)^{d_in x r'};   Q_{j+1} = qr(H^T (H Q_j));   A = Q_q
 
   Args:
     h: (..., d_in) activations; all leading axes are token rows (N = their product).
@@ -73,6 +82,14 @@ def power_iteration_basis(h: jax.Array, rank: int, key: jax.Array,
   Returns:
     float32 (d_in, r'): orthonormal columns (some possibly zero) spanning the
     dominant rank-r' right singular subspace of H.
+
+  Example:
+      >>> h = jax.random.normal(jax.random.PRNGKey(0), (64, 8))
+      >>> power_iteration_basis(h, 3, jax.random.PRNGKey(1)).shape
+      (8, 3)
+
+  References:
+    Halko, Martinsson, Tropp, "Finding structure with randomness", SIAM Review 2011.
   """
   if rank < 1 or num_iters < 1:
     raise ValueError(f"power_iteration_basis: rank={rank}, num_iters={num_iters}; "
@@ -94,42 +111,68 @@ def _path_of(key_path) -> Path:
   return tuple(str(getattr(k, "key", getattr(k, "name", k))) for k in key_path)
 
 
-def _tap(taps: Any, path: Path) -> jax.Array:
-  node = taps
-  for name in path:
-    node = node[name]
-  return node["input"]
-
-
 def activation_bases(params: Any, taps: Any, key: jax.Array, *, rank: int,
                      num_iters: int = 2) -> dict[Path, jax.Array]:
-  """{path of each linear layer: A (d_in, r')} from its tapped input activations.
+  """{path of each tapped linear layer: A (d_in, r')} from its input activations.
 
-  `taps` is the "taps" collection of `common.models.transformer` (or any tree where
-  taps[path]["input"] is the input of params[path]["kernel"]); layers without a tap
-  are left out (they get Gaussian noise).
+      A_path = power_iteration_basis(taps[path]["input"], rank, fold_in(key, i))
+
+  for the i-th linear layer of `taps.linear_paths(params)`.
+
+  Args:
+    params: the parameter pytree (linear layers hold a 2-D "kernel").
+    taps: the "taps" collection (`common.models.taps`): taps[path]["input"] is
+      the input of params[path]["kernel"]. Layers without a tap are left out
+      (they get Gaussian noise).
+    key: the power iterations' starting blocks.
+    rank: r.
+    num_iters: power iterations q.
+
+  Returns:
+    {path: A}.
+
+  Example:
+      >>> params = {"lin": {"kernel": jnp.zeros((16, 7))}}
+      >>> taps = {"lin": {"input": jnp.ones((40, 16))}}
+      >>> activation_bases(params, taps, jax.random.PRNGKey(0), rank=3)[("lin",)].shape
+      (16, 3)
   """
   bases = {}
-  for i, path in enumerate(transformer.linear_paths(params)):
-    try:
-      h = _tap(taps, path)
-    except (KeyError, TypeError):
-      continue
-    if h is None:
-      continue
-    bases[path] = power_iteration_basis(h, rank, jax.random.fold_in(key, i), num_iters)
+  for i, path in enumerate(taps_lib.linear_paths(params)):
+    h = taps_lib.tapped_input(taps, path)
+    if h is not None:
+      bases[path] = power_iteration_basis(h, rank, jax.random.fold_in(key, i), num_iters)
   return bases
 
 
+def _basis_of(key_path, leaf, bases: dict[Path, jax.Array]) -> jax.Array | None:
+  """A of the kernel at `key_path`, or None for any other leaf."""
+  path = _path_of(key_path)
+  if path and path[-1] == "kernel" and leaf.ndim == 2:
+    return bases.get(path[:-1])
+  return None
+
+
 def agzo_direction(params: Any, bases: dict[Path, jax.Array], key: jax.Array) -> Any:
-  """Delta = A R^T for kernels with a basis, z ~ N(0, I) elsewhere (keys per leaf)."""
-  keys = perturbation.leaf_keys(params, key)
+  """Delta = A R^T (R ~ N(0, 1)^{d_out x r'}) for kernels with a basis, z ~ N(0, I)
+  for every other leaf (leaf i drawn from fold_in(key, i)).
+
+  Args:
+    params: the pytree whose structure, shapes and dtypes Delta takes.
+    bases: {path: A} from `activation_bases`.
+    key: a PRNG key.
+
+  Returns:
+    Delta, a pytree like `params`.
+
+  Example:
+      >>> delta = agzo_direction(params, bases, jax.random.PRNGKey(1))
+  """
+  keys = jax.tree.leaves(perturbation.leaf_keys(params, key))
   flat, treedef = jax.tree_util.tree_flatten_with_path(params)
-  key_leaves = jax.tree.leaves(keys)
   out = []
-  for (key_path, p), k in zip(flat, key_leaves):
-    path = _path_of(key_path)
-    a = bases.get(path[:-1]) if path and path[-1] == "kernel" and p.ndim == 2 else None
+  for (key_path, p), k in zip(flat, keys):
+    a = _basis_of(key_path, p, bases)
     if a is None:
       out.append(jax.random.normal(k, p.shape, p.dtype))
     else:
@@ -139,26 +182,43 @@ def agzo_direction(params: Any, bases: dict[Path, jax.Array], key: jax.Array) ->
 
 
 def subspace_dimension(params: Any, bases: dict[Path, jax.Array]) -> int:
-  """k: sum of (non-zero columns of A) * d_out over guided kernels plus the size of
-  every other leaf (concrete bases only: call it outside jit)."""
+  """k = sum over guided kernels of (non-zero columns of A) * d_out, plus the size of
+  every other leaf: the dimension AGZO's perturbations span.
+
+  Args:
+    params: the parameter pytree.
+    bases: {path: A}, concrete (call this outside jit).
+
+  Returns:
+    k, a Python int.
+
+  Example:
+      >>> subspace_dimension(params, bases)   # r' * d_out + (other sizes)
+  """
   total = 0
   for key_path, p in jax.tree_util.tree_flatten_with_path(params)[0]:
-    path = _path_of(key_path)
-    a = bases.get(path[:-1]) if path and path[-1] == "kernel" and p.ndim == 2 else None
-    if a is None:
-      total += p.size
-    else:
-      total += int(jnp.sum(jnp.any(a != 0, axis=0))) * p.shape[1]
+    a = _basis_of(key_path, p, bases)
+    total += p.size if a is None else int(jnp.sum(jnp.any(a != 0, axis=0))) * p.shape[1]
   return int(total)
 
 
 def project(grads: Any, bases: dict[Path, jax.Array]) -> Any:
-  """P g: A A^T g for guided kernels (in our (in, out) layout), g elsewhere."""
+  """P g: A A^T g for guided kernels (in our (in, out) layout), g elsewhere.
+
+  Args:
+    grads: a pytree like the params.
+    bases: {path: A} from `activation_bases`.
+
+  Returns:
+    P g, a pytree like `grads`.
+
+  Example:
+      >>> ratio = optax.tree.norm(project(g, bases)) / optax.tree.norm(g)
+  """
   flat, treedef = jax.tree_util.tree_flatten_with_path(grads)
   out = []
   for key_path, g in flat:
-    path = _path_of(key_path)
-    a = bases.get(path[:-1]) if path and path[-1] == "kernel" and g.ndim == 2 else None
+    a = _basis_of(key_path, g, bases)
     out.append(g if a is None else (a @ (a.T @ g.astype(jnp.float32))).astype(g.dtype))
   return jax.tree.unflatten(treedef, out)
 
@@ -169,17 +229,31 @@ def agzo_gradient(loss_and_taps_fn: Callable[[Any, Any], tuple[jax.Array, Any]],
                   ) -> perturbation.ZOEstimate:
   """One AGZO estimate.
 
+      L0, taps = loss_and_taps_fn(theta, B)
+      A_l = power_iteration_basis(taps[l]["input"], r)        per linear layer l
+      Delta = A_l R_l^T  (linear kernels),  z ~ N(0, I)  (other leaves)
+      c = (L(theta + eps Delta) - L0) / eps    (or two-sided),    g_hat = c Delta
+
   Args:
-    loss_and_taps_fn: (params, batch) -> (loss, taps), e.g. a loss over
-      `model.apply(..., mutable=["taps"])`; the perturbed passes discard the taps.
-    params, batch: theta and the minibatch.
-    key: the run's base key; step: the step index. Delta comes from fold_in(key, step),
-      the power-iteration starts from a separate stream of the same step.
-    eps: perturbation size; rank: r; num_iters: power iterations q.
+    loss_and_taps_fn: (params, batch) -> (loss, taps), e.g.
+      `common.models.apply_with_taps` under a loss; the perturbed passes discard
+      the taps.
+    params: theta.
+    batch: the minibatch.
+    key: the run's base key; Delta comes from fold_in(key, step), the power
+      iterations start from a separate stream of the same step.
+    step: the step index.
+    eps: perturbation size.
+    rank: r.
+    num_iters: power iterations q.
     two_sided: (L+ - L-) / (2 eps) (3 forward passes) instead of (L+ - L0) / eps (2).
 
   Returns:
     `ZOEstimate`; num_forward counts the unperturbed pass.
+
+  Example:
+      >>> est = agzo_gradient(loss_and_taps, params, batch, jax.random.PRNGKey(0), 0,
+      ...                     rank=4)
   """
   step_key = jax.random.fold_in(key, step)
   base_loss, taps = loss_and_taps_fn(params, batch)
@@ -193,11 +267,43 @@ def agzo_gradient(loss_and_taps_fn: Callable[[Any, Any], tuple[jax.Array, Any]],
 
 
 def agzo(loss_and_taps_fn: Callable[[Any, Any], tuple[jax.Array, Any]], eps: float = 1e-3,
-         *, rank: int = 4, num_iters: int = 2, two_sided: bool = False, seed: int = 0):
-  """AGZO as the head of an optax chain (see `transform.zeroth_order`)."""
+         *, key: jax.Array, rank: int = 4, num_iters: int = 2, two_sided: bool = False
+         ) -> optax.GradientTransformationExtraArgs:
+  """AGZO's estimator as the head of an optax chain.
+
+      g_hat_t = c_t Delta_t,  Delta_t = A_l R_l^T per linear layer l (A_l from the
+      layer's inputs on B_t), c_t = (L(theta + eps Delta_t; B_t) - L(theta; B_t)) / eps
+
+  Args:
+    loss_and_taps_fn: (params, batch) -> (loss, taps), where taps[path]["input"] is
+      the input of params[path]["kernel"] (`common.models.taps`), e.g.
+
+          def loss_and_taps(params, batch):
+            logits, taps = apply_with_taps(model, {"params": params}, batch["x"])
+            return xent(logits, batch["y"]), taps
+
+    eps: perturbation size (> 0).
+    key: the run's base PRNG key (kept in `ZOState`).
+    rank: r >= 1 of each layer's activation basis.
+    num_iters: power iterations q >= 1.
+    two_sided: central difference (3 forward passes) instead of one-sided (2).
+
+  Returns:
+    An `optax.GradientTransformationExtraArgs`; `update(updates, state, params,
+    batch=batch)` returns g_hat.
+
+  Example:
+      >>> tx = optax.chain(agzo(loss_and_taps, 1e-3, key=jax.random.PRNGKey(0), rank=4),
+      ...                  optax.sgd(1e-3))
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update(params, state, params, batch=batch)
+
+  References:
+    Activation-Guided Zeroth-Order optimization (AGZO), ICML 2026.
+  """
   if not eps > 0 or rank < 1 or num_iters < 1:
     raise ValueError(f"agzo: eps={eps!r}, rank={rank!r}, num_iters={num_iters!r}; expected "
                      "eps > 0, rank >= 1, num_iters >= 1")
   return transform.zeroth_order(
       functools.partial(agzo_gradient, loss_and_taps_fn, eps=eps, rank=rank,
-                        num_iters=num_iters, two_sided=two_sided), seed=seed)
+                        num_iters=num_iters, two_sided=two_sided), key=key)

@@ -9,7 +9,7 @@ along Z (see `perturbation.finite_difference`),
     g_hat(X) = c * U V^T / r        (2-D),        g_hat(x) = c * z        (1-D).
 
 Both U and V are pure functions of keys: U of fold_in(key, step), V of
-fold_in(fold_in(key, -1 mod 2^31), step // interval), so nothing is stored between
+fold_in(fold_in(key, 2^31 - 1), step // interval), so nothing is stored between
 steps and a resumed run reproduces them exactly. The layout does not matter for LOZO:
 our kernels are (in, out), so m = d_in and n = d_out.
 
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import optax
 
 from methods.zeroth_order import perturbation
 from methods.zeroth_order import transform
@@ -33,7 +34,29 @@ _V_STREAM = 2**31 - 1
 
 
 def lozo_direction(params: Any, key: jax.Array, step, *, rank: int, interval: int) -> Any:
-  """Z: U V^T for 2-D leaves (r capped at min(m, n)), Gaussian for the others."""
+  """Z: U V^T for 2-D leaves, z ~ N(0, I) for the others.
+
+      U ~ N(0, 1)^{m x r}  from fold_in(key, step)                           (every step)
+      V ~ N(0, 1)^{n x r}  from fold_in(fold_in(key, 2^31 - 1), step // interval)  (lazy)
+
+  with r = min(rank, m, n).
+
+  Args:
+    params: the pytree whose structure, shapes and dtypes Z takes.
+    key: the run's base key.
+    step: the step index.
+    rank: r (>= 1).
+    interval: V is redrawn every `interval` steps.
+
+  Returns:
+    Z, a pytree like `params`.
+
+  Example:
+      >>> z = lozo_direction({"k": jnp.zeros((6, 5))}, jax.random.PRNGKey(0), 3,
+      ...                    rank=2, interval=4)
+      >>> int(jnp.linalg.matrix_rank(z["k"]))
+      2
+  """
   u_keys = perturbation.leaf_keys(params, jax.random.fold_in(key, step))
   v_base = jax.random.fold_in(jax.random.fold_in(key, _V_STREAM), step // interval)
   v_keys = perturbation.leaf_keys(params, v_base)
@@ -52,19 +75,69 @@ def lozo_direction(params: Any, key: jax.Array, step, *, rank: int, interval: in
 def lozo_gradient(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any,
                   key: jax.Array, step, *, eps: float = 1e-3, rank: int = 2,
                   interval: int = 50) -> perturbation.ZOEstimate:
-  """One LOZO estimate (two-sided, 2 forward passes); 2-D leaves are divided by r."""
+  """One LOZO estimate (two-sided, 2 forward passes).
+
+      c = (L(theta + eps Z) - L(theta - eps Z)) / (2 eps),   Z = lozo_direction(...)
+      g_hat(X) = c U V^T / r  (2-D leaves),     g_hat(x) = c z  (others)
+
+  Args:
+    loss_fn: (params, batch) -> scalar.
+    params: theta.
+    batch: the minibatch, passed to loss_fn.
+    key: the run's base key (V's lazy stream is derived from it, so it must be
+      the same at every step).
+    step: the step index.
+    eps: perturbation size.
+    rank: r.
+    interval: V is redrawn every `interval` steps.
+
+  Returns:
+    `ZOEstimate` (num_forward = 2).
+
+  Example:
+      >>> loss_fn = lambda p, b: jnp.sum((p["k"] - b) ** 2)
+      >>> est = lozo_gradient(loss_fn, {"k": jnp.zeros((6, 5))}, jnp.ones((6, 5)),
+      ...                     jax.random.PRNGKey(0), 0, rank=2, interval=4)
+  """
   sample = lambda: lozo_direction(params, key, step, rank=rank, interval=interval)
   est = perturbation.finite_difference(loss_fn, params, batch, sample, eps)
   grads = jax.tree.map(lambda g: g / min(rank, *g.shape) if g.ndim == 2 else g, est.grads)
   return est._replace(grads=grads)
 
 
-def lozo(loss_fn: Callable[[Any, Any], jax.Array], eps: float = 1e-3, *, rank: int = 2,
-         interval: int = 50, seed: int = 0):
-  """LOZO as the head of an optax chain (see `transform.zeroth_order`)."""
+def lozo(loss_fn: Callable[[Any, Any], jax.Array], eps: float = 1e-3, *, key: jax.Array,
+         rank: int = 2, interval: int = 50) -> optax.GradientTransformationExtraArgs:
+  """LOZO's estimator as the head of an optax chain.
+
+      g_hat_t(X) = c_t U_t V_{floor(t / interval)}^T / r,
+      c_t = (L(theta + eps Z_t; B_t) - L(theta - eps Z_t; B_t)) / (2 eps)
+
+  Args:
+    loss_fn: (params, batch) -> scalar loss.
+    eps: perturbation size (> 0).
+    key: the run's base PRNG key (kept in `ZOState`).
+    rank: r >= 1 of the low-rank perturbations.
+    interval: V is redrawn every `interval` >= 1 steps (lazy sampling).
+
+  Returns:
+    An `optax.GradientTransformationExtraArgs`; `update(updates, state, params,
+    batch=batch)` returns g_hat.
+
+  Example:
+      >>> loss_fn = lambda p, b: jnp.sum((p["k"] - b) ** 2)
+      >>> tx = optax.chain(lozo(loss_fn, 1e-3, key=jax.random.PRNGKey(0), rank=2),
+      ...                  optax.sgd(1e-2))
+      >>> params = {"k": jnp.zeros((6, 5))}
+      >>> updates, state = tx.update(params, tx.init(params), params,
+      ...                            batch=jnp.ones((6, 5)))
+
+  References:
+    Chen et al., "Enhancing Zeroth-order Fine-tuning for Language Models with
+    Low-rank Structures" (LOZO), ICLR 2025.
+  """
   if not eps > 0 or rank < 1 or interval < 1:
     raise ValueError(f"lozo: eps={eps!r}, rank={rank!r}, interval={interval!r}; expected "
                      "eps > 0, rank >= 1, interval >= 1")
   return transform.zeroth_order(
       functools.partial(lozo_gradient, loss_fn, eps=eps, rank=rank, interval=interval),
-      seed=seed)
+      key=key)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import optax
 
 
 class ZOEstimate(NamedTuple):
@@ -53,25 +54,40 @@ def leaf_keys(params: Any, key: jax.Array) -> Any:
 
 
 def gaussian_direction(params: Any, key: jax.Array) -> Any:
-  """z ~ N(0, I) with the structure, shapes and dtypes of `params`."""
+  """z ~ N(0, I): standard normal leaves shaped and typed like `params`.
+
+  Leaf i is drawn from fold_in(key, i) (`leaf_keys`), so z is a pure function of
+  `key` and the tree structure, and one leaf can be regenerated alone.
+
+  Args:
+    params: the pytree whose structure, shapes and dtypes z takes.
+    key: a PRNG key.
+
+  Returns:
+    z, a pytree like `params`.
+
+  Example:
+      >>> z = gaussian_direction({"w": jnp.zeros((2, 3))}, jax.random.PRNGKey(0))
+      >>> z["w"].shape
+      (2, 3)
+  """
   return jax.tree.map(lambda p, k: jax.random.normal(k, p.shape, p.dtype), params,
                       leaf_keys(params, key))
 
 
-def add_scaled(params: Any, direction: Any, scale) -> Any:
-  """theta + scale * z, leaf by leaf, in the params' dtypes."""
-  return jax.tree.map(lambda p, z: (p + scale * z).astype(p.dtype), params, direction)
-
-
-def scale_tree(tree: Any, scale) -> Any:
-  return jax.tree.map(lambda z: (scale * z).astype(z.dtype), tree)
+def _moved(params: Any, direction: Any, scale) -> Any:
+  """theta + scale * z, in the params' dtypes."""
+  return optax.tree.cast_like(optax.tree.add_scale(params, scale, direction), params)
 
 
 def finite_difference(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any,
                       sample: Callable[[], Any], eps: float, *, two_sided: bool = True,
                       base_loss: jax.Array | None = None,
                       base_forward: int = 0) -> ZOEstimate:
-  """The two-point estimate g_hat = c z with z = sample() regenerated at each use.
+  """The two-point estimate g_hat = c z, with z = sample() regenerated at each use.
+
+      two-sided:  c = (L(theta + eps z) - L(theta - eps z)) / (2 eps)
+      one-sided:  c = (L(theta + eps z) - L(theta)) / eps,     g_hat = c z
 
   Args:
     loss_fn: (params, batch) -> scalar loss.
@@ -85,11 +101,19 @@ def finite_difference(loss_fn: Callable[[Any, Any], jax.Array], params: Any, bat
     base_forward: forward passes the caller spent on base_loss (counted in num_forward).
 
   Returns:
-    A `ZOEstimate`.
+    A `ZOEstimate` (num_forward = 2 two-sided, 1 + base_forward one-sided).
+
+  Example:
+      >>> loss_fn = lambda p, b: jnp.sum((p["w"] - b) ** 2)
+      >>> params = {"w": jnp.zeros(3)}
+      >>> sample = lambda: gaussian_direction(params, jax.random.PRNGKey(0))
+      >>> est = finite_difference(loss_fn, params, jnp.ones(3), sample, 1e-3)
+      >>> est.num_forward
+      2
   """
-  plus = loss_fn(add_scaled(params, sample(), eps), batch)
+  plus = loss_fn(_moved(params, sample(), eps), batch)
   if two_sided:
-    minus = loss_fn(add_scaled(params, sample(), -eps), batch)
+    minus = loss_fn(_moved(params, sample(), -eps), batch)
     c = (plus - minus) / (2.0 * eps)
     loss = 0.5 * (plus + minus)
     count = 2
@@ -99,4 +123,6 @@ def finite_difference(loss_fn: Callable[[Any, Any], jax.Array], params: Any, bat
     c = (plus - base_loss) / eps
     loss = base_loss
     count = 1
-  return ZOEstimate(scale_tree(sample(), c), loss, c, count + base_forward)
+  z = sample()
+  return ZOEstimate(optax.tree.cast_like(optax.tree.scale(c, z), z), loss, c,
+                    count + base_forward)

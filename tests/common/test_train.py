@@ -1,7 +1,8 @@
-"""Tests of common/train.py: the loop, resuming, checkpoint safety, metrics, NaN guard.
+"""Tests of common/train.py: the loop, resuming, checkpoint safety, metrics, NaN guard,
+and the gradient-free path (zeroth-order estimators) and SGLD through the same loop.
 
-Every run here is the same small MLP regression with adam, so they can be compared
-bit for bit. Run as a script (`python tests/common/test_train.py OUT.npz WORKDIR`),
+Every run here is the same small MLP regression with adam (or MeZO for the
+gradient-free runs), so they can be compared bit for bit. Run as a script (`python tests/common/test_train.py OUT.npz WORKDIR`),
 this file trains that run and saves its final parameters: the 8-device test does so
 in a subprocess with 8 fake CPU devices.
 """
@@ -10,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from typing import NamedTuple
 
 import chex
 import jax
@@ -23,6 +25,8 @@ from common.data.regression import regression_batch
 from common.models import MLP
 from common.train import (NonFiniteError, default_train_config, init_train_state, train,
                           train_step)
+import methods.zeroth_order as zo
+from methods.susceptibility.sgld import sgld
 
 NUM_STEPS, BATCH, DIM = 10, 16, 4
 ORBAX_TMP_SUFFIX = ".orbax-checkpoint-tmp"  # What orbax 0.12 appends while writing.
@@ -60,6 +64,23 @@ def run(workdir, *, loss=loss_fn, batches=batch_fn, **overrides):
   return train(init_fn=init_fn, loss_fn=loss, batch_fn=batches,
                optimizer=OPTIMIZER, config=make_config(**overrides),
                workdir=workdir)
+
+
+def zo_value(params, batch):
+  return loss_fn(params, batch, None)[0]
+
+
+def make_zo_optimizer(value=zo_value):
+  """MeZO (two-sided, its own base key) followed by SGD."""
+  return optax.chain(zo.mezo(value, 1e-2, key=jax.random.PRNGKey(1)), optax.sgd(1e-2))
+
+
+ZO_OPTIMIZER = make_zo_optimizer()  # One object: gradient-free runs reuse the compiled step.
+
+
+def run_zo(workdir, *, optimizer=ZO_OPTIMIZER, batches=batch_fn, **overrides):
+  return train(init_fn=init_fn, loss_fn=loss_fn, batch_fn=batches, optimizer=optimizer,
+               config=make_config(**overrides), workdir=workdir, gradient_free=True)
 
 
 def assert_same_state(got, want):
@@ -277,6 +298,118 @@ def test_config_defaults_and_bad_arguments(tmp_path):
     run(tmp_path / "wrong_batch", batches=lambda seed, step: regression_batch(seed, step, 8, DIM))
 
 
+@pytest.fixture(scope="module")
+def zo_reference(tmp_path_factory):
+  """An uninterrupted 10-step MeZO run; its loss function counts its calls."""
+  calls = []
+
+  def counted(params, batch):
+    calls.append(1)
+    return zo_value(params, batch)
+
+  result = run_zo(tmp_path_factory.mktemp("zo_reference"), optimizer=make_zo_optimizer(counted))
+  return result, len(calls)
+
+
+def _flat(tree):
+  return [np.asarray(leaf) for leaf in jax.tree.leaves(tree)]
+
+
+def test_zeroth_order_run_matches_a_hand_written_loop_and_traces_once(zo_reference):
+  result, calls = zo_reference
+  assert calls == 2  # One trace of the two-sided estimate: L(theta + eps z), L(theta - eps z).
+  tx = make_zo_optimizer()
+  params = init_fn(jax.random.split(jax.random.PRNGKey(0))[0])  # The loop's init key.
+  state, step, losses = tx.init(params), zo.make_step(tx), []
+  for s in range(NUM_STEPS):
+    params, state = step(params, state, batch_fn(0, s))
+    losses.append(float(zo.find_zo_state(state).loss))
+  assert int(result.state.step) == NUM_STEPS
+  assert int(zo.find_zo_state(result.state.opt_state).step) == NUM_STEPS
+  for got, want in zip(_flat(result.state.params), _flat(params)):
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+  assert [h["step"] for h in result.history] == [0, 3, 6, 9]
+  assert list(result.history[0]) == ["step", "loss", "update_norm"]
+  np.testing.assert_allclose([h["loss"] for h in result.history],
+                             [losses[s] for s in (0, 3, 6, 9)], rtol=1e-6)
+
+
+def test_zeroth_order_run_resumes_bitwise_after_a_kill(zo_reference, tmp_path):
+  want, _ = zo_reference
+
+  def interrupted_batches(seed, step):
+    if step == 7:
+      raise KeyboardInterrupt  # Arrives after update 6, while fetching batch 7.
+    return batch_fn(seed, step)
+
+  assert int(run_zo(tmp_path, num_steps=6).state.step) == 6
+  with pytest.raises(KeyboardInterrupt):
+    run_zo(tmp_path, batches=interrupted_batches)
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["6", "7"]  # 7 saved on exit.
+  resumed = run_zo(tmp_path)
+  assert [h["step"] for h in resumed.history] == [9]
+  assert_same_state(resumed.state, want.state)
+  # Step 6 was never logged: the interrupt came while fetching batch 7, before its log.
+  assert [r["step"] for r in metrics.read_metrics_jsonl(tmp_path)] == [0, 3, 5, 9]
+
+
+def test_zeroth_order_run_stops_at_a_non_finite_loss(tmp_path):
+  with pytest.raises(NonFiniteError, match="non-finite loss=nan at step 3"):
+    run_zo(tmp_path, batches=_nan_at(3), checkpoint_every=2)
+  manager = checkpoint.make_manager(tmp_path / "checkpoints", keep=2)
+  assert manager.all_steps() == [2]
+  manager.close()
+
+
+class _Probe(NamedTuple):
+  loss: jax.Array
+  key: jax.Array
+
+
+def _probe():
+  """A gradient-free transformation that only measures: zero updates; its state holds
+  the loop loss_fn's value and the key the loop passed at the last step."""
+  def init(params):
+    del params
+    return _Probe(jnp.zeros(()), jnp.zeros((2,), jnp.uint32))
+
+  def update(updates, state, params=None, *, loss_fn, batch, key):
+    del updates, state
+    return optax.tree.zeros_like(params), _Probe(loss_fn(params, batch, key)[0], key)
+
+  return optax.GradientTransformationExtraArgs(init, update)
+
+
+def test_gradient_free_update_gets_the_loss_batch_and_step_key(tmp_path):
+  result = run_zo(tmp_path / "probe", optimizer=_probe(), num_steps=4, log_every=1)
+  init_key, step_key = jax.random.split(jax.random.PRNGKey(0))
+  params = init_fn(init_key)
+  want = [float(loss_fn(params, batch_fn(0, s), None)[0]) for s in range(4)]
+  np.testing.assert_allclose([h["loss"] for h in result.history], want, rtol=1e-6)
+  assert all(h["update_norm"] == 0.0 for h in result.history)
+  np.testing.assert_array_equal(result.state.opt_state.key, jax.random.fold_in(step_key, 3))
+  with pytest.raises(TypeError, match="under the name 'loss'"):
+    run_zo(tmp_path / "sgd", optimizer=optax.sgd(0.1), num_steps=1)
+
+
+def test_sgld_runs_through_the_loop_like_a_hand_written_chain(tmp_path):
+  sampler = sgld(1e-3, n_beta=16.0, localization=1.0, key=jax.random.PRNGKey(2))
+  result = train(init_fn=init_fn, loss_fn=loss_fn, batch_fn=batch_fn, optimizer=sampler,
+                 config=make_config(num_steps=5), workdir=tmp_path)
+  @jax.jit
+  def step(params, state, batch):
+    updates, state = sampler.update(jax.grad(zo_value)(params, batch), state, params)
+    return optax.apply_updates(params, updates), state
+
+  params = init_fn(jax.random.split(jax.random.PRNGKey(0))[0])
+  state = sampler.init(params)
+  for s in range(5):
+    params, state = step(params, state, batch_fn(0, s))
+  assert int(result.state.opt_state.count) == 5
+  for got, want in zip(_flat(result.state.params), _flat(params)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def _train_and_save(out_path, workdir):
   if jax.device_count() == 8:
     try:
@@ -288,12 +421,15 @@ def _train_and_save(out_path, workdir):
   result = run(workdir)
   flat = {jax.tree_util.keystr(path): np.asarray(leaf)
           for path, leaf in jax.tree_util.tree_leaves_with_path(result.state.params)}
+  zo_result = run_zo(os.path.join(workdir, "zo"))  # The gradient-free path on the mesh.
+  flat.update({"zo" + jax.tree_util.keystr(path): np.asarray(leaf)
+               for path, leaf in jax.tree_util.tree_leaves_with_path(zo_result.state.params)})
   np.savez(out_path, device_count=jax.device_count(),
            mesh_size=result.state.step.sharding.mesh.size,
            losses=np.array([h["loss"] for h in result.history]), **flat)
 
 
-def test_eight_fake_devices_match_one_device(reference, tmp_path):
+def test_eight_fake_devices_match_one_device(reference, zo_reference, tmp_path):
   _, want, _ = reference
   out = tmp_path / "params.npz"
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
@@ -307,6 +443,11 @@ def test_eight_fake_devices_match_one_device(reference, tmp_path):
   assert got["losses"][-1] < 0.5 * got["losses"][0]
   for path, leaf in jax.tree_util.tree_leaves_with_path(want.state.params):
     np.testing.assert_allclose(got[jax.tree_util.keystr(path)], leaf, rtol=1e-5, atol=1e-6)
+  # The estimate divides loss differences by 2 eps, so summation order across the
+  # shards shows up more than in the gradient run.
+  for path, leaf in jax.tree_util.tree_leaves_with_path(zo_reference[0].state.params):
+    np.testing.assert_allclose(got["zo" + jax.tree_util.keystr(path)], leaf, rtol=1e-5,
+                               atol=1e-5)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Unit and property tests of methods/zeroth_order: SPSA unbiasedness, the AGZO
-subspace (row-space membership, planted-basis recovery), the seed trick, the cosine
-theory, and composition with optax chains and schedules."""
+subspace (row-space membership, planted-basis recovery) on the transformer and on a
+plain flax model, the seed trick, the cosine theory, composition with optax chains and
+schedules, training through the common loop, and the recipes and task helpers."""
 
 import flax.linen as nn
 import jax
@@ -10,7 +11,11 @@ import optax
 import pytest
 
 import methods.zeroth_order as zo
-from common.models import transformer
+from common import train as train_lib
+from common.models import apply_with_taps, transformer
+from common.models import taps as taps_lib
+from methods.zeroth_order import recipes
+from methods.zeroth_order import task as task_lib
 
 
 def quadratic(dim=6, seed=0):
@@ -125,21 +130,21 @@ def test_agzo_on_the_transformer_perturbs_every_linear_layer_inside_its_taps():
     logits, state = model.apply({"params": p}, batch, mutable=["taps"])
     return jnp.mean(logits[:, -1, 0]), state["taps"]
 
-  _, taps = loss_and_taps(params, tokens)
-  bases = zo.activation_bases(params, taps, jax.random.PRNGKey(2), rank=4)
-  paths = transformer.linear_paths(params)
+  @jax.jit  # One compilation for the taps, bases and direction.
+  def run(p):
+    taps = loss_and_taps(p, tokens)[1]
+    bases = zo.activation_bases(p, taps, jax.random.PRNGKey(2), rank=4)
+    return taps, bases, zo.agzo_direction(p, bases, jax.random.PRNGKey(3))
+
+  taps, bases, delta = run(params)
+  paths = taps_lib.linear_paths(params)
   assert set(bases) == set(paths) and len(paths) == 8
-  delta = zo.agzo_direction(params, bases, jax.random.PRNGKey(3))
   for path in paths:
     node_d, node_t = delta, taps
     for p in path:
       node_d, node_t = node_d[p], node_t[p]
     resid, dim = _row_space_residual(node_t["input"], node_d["kernel"])
     assert dim <= 16 and resid < 1e-4, (path, resid)
-  # The estimator runs end to end and counts the unperturbed pass.
-  est = jax.jit(lambda p: zo.agzo_gradient(loss_and_taps, p, tokens, jax.random.PRNGKey(4),
-                                           0, rank=4))(params)
-  assert est.num_forward == 2 and np.isfinite(float(est.projected_grad))
 
 
 def test_cosine_theory_matches_monte_carlo():
@@ -154,18 +159,12 @@ def test_cosine_theory_matches_monte_carlo():
   assert abs(c.mean() - theory) < 4 * c.std() / np.sqrt(len(c)), (c.mean(), theory)
 
 
-class _Lin(nn.Module):
-  @nn.compact
-  def __call__(self, x):
-    return transformer.Linear(3, name="lin")(x)
-
-
 def _regression_problem():
-  model = _Lin()
+  model = taps_lib.TappedDense(3, use_bias=False)
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.normal(size=(64, 2)) @ rng.normal(size=(2, 8)), jnp.float32)
   y = x @ jnp.asarray(rng.normal(size=(8, 3)), jnp.float32)
-  params = {"lin": {"kernel": jnp.zeros((8, 3))}}
+  params = {"kernel": jnp.zeros((8, 3))}
 
   def loss_and_taps(p, batch):
     out, state = model.apply({"params": p}, batch["x"], mutable=["taps"])
@@ -178,9 +177,10 @@ def _regression_problem():
 def test_each_estimator_composes_with_optax_chain_and_a_schedule(name):
   params, batch, loss_and_taps = _regression_problem()
   loss_fn = lambda p, b: loss_and_taps(p, b)[0]
-  head = {"mezo": lambda: zo.mezo(loss_fn, 1e-3),
-          "lozo": lambda: zo.lozo(loss_fn, 1e-3, rank=2, interval=5),
-          "agzo": lambda: zo.agzo(loss_and_taps, 1e-3, rank=2),
+  key = jax.random.PRNGKey(0)
+  head = {"mezo": lambda: zo.mezo(loss_fn, 1e-3, key=key),
+          "lozo": lambda: zo.lozo(loss_fn, 1e-3, key=key, rank=2, interval=5),
+          "agzo": lambda: zo.agzo(loss_and_taps, 1e-3, key=key, rank=2),
           "first_order": lambda: zo.first_order(loss_fn)}[name]()
   schedule = optax.cosine_decay_schedule(0.02, 300)
   tx = optax.chain(head, optax.clip_by_global_norm(10.0), optax.sgd(schedule))
@@ -195,12 +195,99 @@ def test_each_estimator_composes_with_optax_chain_and_a_schedule(name):
   assert step._cache_size() == 1  # traced once
 
 
-def test_zeroth_order_transformation_needs_params_and_batch():
+def test_zeroth_order_transformation_needs_a_key_params_and_batch():
   params, loss_fn = quadratic()
-  tx = zo.mezo(loss_fn)
+  with pytest.raises(TypeError, match="key"):
+    zo.mezo(loss_fn)  # No silent default key.
+  tx = zo.mezo(loss_fn, key=jax.random.PRNGKey(0))
   with pytest.raises(ValueError, match="batch"):
     tx.update(params, tx.init(params), params)
   with pytest.raises(ValueError, match="eps"):
-    zo.mezo(loss_fn, eps=0.0)
+    zo.mezo(loss_fn, eps=0.0, key=jax.random.PRNGKey(0))
   with pytest.raises(ValueError, match="rank"):
     zo.power_iteration_basis(jnp.ones((4, 3)), 0, jax.random.PRNGKey(0))
+
+
+class _PlainMLP(nn.Module):
+  """A user's model: plain flax Dense layers, no taps of its own."""
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(2)(nn.tanh(nn.Dense(16)(x)))
+
+
+def _low_rank_regression(d_in=12, rank=2, batch=32):
+  rng = np.random.default_rng(0)
+  basis = rng.normal(size=(d_in, rank)) / np.sqrt(rank)
+  w_true = rng.normal(size=(d_in, 2))
+
+  def batch_fn(seed, step):
+    x = (np.random.default_rng((seed, step)).normal(size=(batch, rank)) @ basis.T)
+    return {"x": x.astype(np.float32), "y": np.tanh(x @ w_true).astype(np.float32)}
+
+  return batch_fn
+
+
+def test_agzo_on_a_plain_flax_mlp_reads_every_dense_input_and_trains_in_the_loop(tmp_path):
+  model, batch_fn = _PlainMLP(), _low_rank_regression()
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 12)))["params"]
+
+  def loss_and_taps(p, batch):
+    out, tapped = apply_with_taps(model, {"params": p}, batch["x"])
+    return jnp.mean((out - batch["y"]) ** 2), tapped
+
+  batch = jax.tree.map(jnp.asarray, batch_fn(0, 0))
+  _, tapped = loss_and_taps(params, batch)
+  bases = zo.activation_bases(params, tapped, jax.random.PRNGKey(1), rank=2)
+  assert set(bases) == {("Dense_0",), ("Dense_1",)}
+  delta = zo.agzo_direction(params, bases, jax.random.PRNGKey(2))
+  for name in ("Dense_0", "Dense_1"):
+    resid, _ = _row_space_residual(tapped[name]["input"], delta[name]["kernel"])
+    assert resid < 1e-4, (name, resid)
+  # Dense_0 sees rank-2 inputs in 12 dimensions: its perturbation has rank 2.
+  assert np.linalg.matrix_rank(np.asarray(delta["Dense_0"]["kernel"]), tol=1e-4) == 2
+  # The estimator counts the unperturbed pass (one-sided: 2 forward passes).
+  est = zo.agzo_gradient(loss_and_taps, params, batch, jax.random.PRNGKey(4), 0, rank=2)
+  assert est.num_forward == 2 and np.isfinite(float(est.projected_grad))
+  config = train_lib.default_train_config()
+  config.update(num_steps=60, batch_size=32, log_every=59, checkpoint_every=0,
+                progress_bar=False)
+  tx = optax.chain(zo.agzo(loss_and_taps, 1e-3, key=jax.random.PRNGKey(3), rank=2,
+                           two_sided=True), optax.sgd(0.02))
+  result = train_lib.train(init_fn=lambda key: params,
+                           loss_fn=lambda p, b, key: (loss_and_taps(p, b)[0], {}),
+                           batch_fn=batch_fn, optimizer=tx, config=config, workdir=tmp_path,
+                           gradient_free=True)
+  first, last = result.history[0]["loss"], result.history[-1]["loss"]
+  assert last < 0.3 * first, (first, last)
+
+
+def test_recipes_name_the_methods_their_step_sizes_and_costs():
+  assert recipes.method_names(("first_order", "agzo", "mezo"), (1, 4)) == [
+      "first_order", "agzo_r1", "agzo_r4", "mezo"]
+  trainable = {"a": {"kernel": jnp.zeros((8, 5))}, "b": {"kernel": jnp.zeros((2, 3))},
+               "scale": jnp.zeros((4,))}
+  assert recipes.perturbation_dimension("mezo", trainable) == 40 + 6 + 4
+  # AGZO: min(r, d_in) d_out per kernel, plus the other sizes.
+  assert recipes.perturbation_dimension("agzo_r4", trainable) == 4 * 5 + 2 * 3 + 4
+  spec = type("Spec", (), dict(lr_first_order=1e-3, zo_lr_scale=50.0))
+  assert recipes.learning_rate("agzo_r4", trainable, spec) == 50.0 / 30
+  assert recipes.learning_rate("first_order", trainable, spec) == 1e-3
+  assert [recipes.passes_per_step(n, 3, False) for n in ("first_order", "mezo", "agzo_r1")] \
+      == [3, 2, 2]
+  assert recipes.passes_per_step("agzo_r1", 3, True) == 3
+
+
+def test_trainable_split_keeps_the_linear_paths_and_merges_back():
+  params = {"embed": jnp.ones((4, 2)), "layer": {"q": {"kernel": jnp.ones((2, 2))},
+                                                  "norm": {"scale": jnp.ones((2,))}}}
+  trainable, frozen = task_lib.split_trainable(params, "linear")
+  assert jax.tree.structure(trainable) == jax.tree.structure({"layer": {"q": {"kernel": 0}}})
+  new = jax.tree.map(lambda x: 2 * x, trainable)
+  merged = task_lib.merge(frozen, new)
+  assert float(merged["layer"]["q"]["kernel"][0, 0]) == 2.0 and merged["embed"] is params["embed"]
+  assert task_lib.split_trainable(params, "all") == (params, {})
+  split = ((np.arange(100) % 7).astype(np.int32), (np.arange(90) % 5).astype(np.int32))
+  one, two = (task_lib.task_batch(split, 3, 5, 6, 4) for _ in range(2))
+  np.testing.assert_array_equal(one["tokens"], two["tokens"])  # A pure function of (seed, step).
+  assert one["tokens"].shape == (6, 4) and set(one["labels"]) <= {0, 1}

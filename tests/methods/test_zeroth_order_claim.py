@@ -1,45 +1,46 @@
 """Tiny-scale claim tests for AGZO (fixed seeds), on the 25k-parameter tiny LM trained
-on the stdlib corpus (the LM issue's tiny preset) and the English-vs-code task.
+on the stdlib corpus (the session's `tiny_lm_dir`) and the English-vs-code task.
 
 Checked here: (1) AGZO's update direction is better aligned with jax.grad than MeZO's
 (isotropic) at every rank, in measurement and in theory; (2) the control: the gain is
 large for planted low-rank inputs and vanishes for isotropic full-rank inputs; (3)
 memory: AGZO's compiled step needs no more than MeZO's (+10%) and first order needs
->= 1.5x. The fine-tuning comparison is NOT asserted here: 40 forward passes of the
-tiny preset say nothing about it; it is measured at the quick preset
-(results/zeroth_order/result.json).
+>= 1.5x; (4) the fine-tuning runs through the common loop exactly like the bare
+jitted step, and resumes from its trial rows. The fine-tuning comparison itself is
+NOT asserted: 40 forward passes of the tiny preset say nothing about it; it is
+measured at the quick preset (results/zeroth_order/result.json).
 """
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
 import methods.zeroth_order as zo
-from experiments import lm as lm_experiment
+from common import trials
 from experiments import zeroth_order as ex
-from experiments.configs import lm as lm_configs
 from experiments.configs import zeroth_order as configs
+from methods.zeroth_order import recipes
+from methods.zeroth_order import task as task_lib
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def tiny(tiny_lm_dir, tmp_path_factory):
+  """(config, setup, a task batch) on the session's tiny LM, MeZO and AGZO only."""
   config = configs.get_config("tiny")
-  lm_config = lm_configs.get_config(config.lm_preset)
-  trained = lm_experiment.load_or_train(lm_config, str(tmp_path_factory.mktemp("lm")))
-  params, frozen = ex.split_trainable(trained.params, config.trainable)
-  task = ex.make_task(lm_config.validation_fraction)
-  losses = ex.make_losses(trained.model, [ord(v) for v in config.verbalisers])
-  batch = ex.device_batch(task.train, config.seed + 2, 0, config.batch_size, config, frozen)
-  return config, params, frozen, losses, task, batch
+  config.lm_workdir = tiny_lm_dir
+  config.estimator.names = ("mezo", "agzo")
+  setup = ex.make_setup(config, str(tmp_path_factory.mktemp("zeroth_order")))
+  batch = task_lib.labelled_batch(setup.task.train, config.seed + 2, 0,
+                                  config.train.batch_size, config.task.window, setup.frozen)
+  return config, setup, batch
 
 
-def test_agzo_is_better_aligned_than_mezo_on_the_trained_lm(setup):
-  config, params, _, losses, _, batch = setup
-  config = config.copy_and_resolve_references()
-  config.unlock()
-  config.estimators = ("mezo", "agzo")
-  align = ex.lm_alignment(params, losses, batch, config)
-  for r in config.agzo_ranks:
+def test_agzo_is_better_aligned_than_mezo_on_the_trained_lm(tiny):
+  config, setup, _ = tiny
+  align = ex.lm_alignment(setup, config)
+  for r in config.estimator.agzo_ranks:
     row = align[f"agzo_r{r}"]
     assert row["overall"] > 1.3 * align["mezo"]["overall"], (r, row, align["mezo"])
     assert row["theory"] > align["mezo"]["theory"]
@@ -48,23 +49,47 @@ def test_agzo_is_better_aligned_than_mezo_on_the_trained_lm(setup):
   assert abs(m["overall"] - m["theory"]) < 3 * m["overall_se"] + 1e-4, m
 
 
-def test_control_gain_needs_low_rank_activations(setup):
-  config = setup[0]
-  ctrl = ex.control_alignment(config)
+def test_control_gain_needs_low_rank_activations(tiny):
+  ctrl = ex.control_alignment(tiny[0])
   assert ctrl["low_rank"]["ratio"] > 2.0, ctrl
   assert 0.67 < ctrl["isotropic"]["ratio"] < 1.5, ctrl
 
 
-def test_memory_agzo_like_mezo_and_below_first_order(setup):
-  config, params, frozen, losses, task, batch = setup
-  peaks = {}
-  for name in ("mezo", "agzo_r4", "first_order"):
-    if name == "first_order":
-      tx = optax.chain(zo.first_order(losses[0]), optax.sgd(1e-3))
-    else:
-      tx = ex.optimizer(name, losses[0], losses[1], 1e-3, config)
-    state = tx.init(params)
-    peaks[name] = ex.peak_bytes(zo.make_step(tx).lower(params, state, batch).compile())
+def test_memory_agzo_like_mezo_and_below_first_order(tiny):
+  config, setup, batch = tiny
+  losses, key = setup.losses, jax.random.PRNGKey(1)
+  txs = {name: recipes.optimizer(name, losses.loss_fn, losses.loss_and_taps, 1e-3,
+                                 config.estimator, key=key) for name in ("mezo", "agzo_r4")}
+  txs["first_order"] = optax.chain(zo.first_order(losses.loss_fn), optax.sgd(1e-3))
+  peaks = {name: recipes.step_peak_bytes(tx, setup.params, batch) for name, tx in txs.items()}
   assert np.isfinite(list(peaks.values())).all(), peaks
   assert peaks["agzo_r4"] <= 1.1 * peaks["mezo"], peaks
   assert peaks["first_order"] >= 1.5 * max(peaks["mezo"], peaks["agzo_r4"]), peaks
+
+
+def test_fine_tuning_through_the_loop_matches_the_bare_step_and_resumes(tiny, tmp_path):
+  config, setup, _ = tiny
+  config = config.copy_and_resolve_references()
+  config.fine_tune.forward_budget, config.fine_tune.num_evals = 6, 2  # 3 MeZO steps: 2, 3
+  with trials.TrialLog(str(tmp_path / "trials.jsonl"), "fp") as log:
+    got = ex.fine_tune("mezo", setup, config, str(tmp_path), log)
+  # The same run as a hand-written loop of the bare donating step.
+  lr = recipes.learning_rate("mezo", setup.params, config.fine_tune)
+  tx = recipes.optimizer("mezo", setup.losses.loss_fn, setup.losses.loss_and_taps, lr,
+                         config.estimator, key=jax.random.PRNGKey(config.train.seed + 1))
+  step, params = zo.make_step(tx), jax.tree.map(jnp.copy, setup.params)
+  state, curve = tx.init(params), []
+  eval_batch = task_lib.labelled_batch(setup.task.validation, config.seed + 1, 0,
+                                       config.task.eval_size, config.task.window, setup.frozen)
+  for s in range(3):
+    params, state = step(params, state, task_lib.labelled_batch(
+        setup.task.train, config.train.seed, s, config.train.batch_size, config.task.window,
+        setup.frozen))
+    if s + 1 in (2, 3):
+      curve.append(((s + 1) * 2, *map(float, jax.jit(setup.losses.accuracy)(params, eval_batch))))
+  np.testing.assert_allclose(np.asarray(got["curve"][1:]), np.asarray(curve), rtol=1e-6)
+  # A rerun reads the evaluation points back and trains nothing.
+  with trials.TrialLog(str(tmp_path / "trials.jsonl"), "fp") as log:
+    again = ex.fine_tune("mezo", setup, config, str(tmp_path), log)
+    assert len(log.rows) == 3  # Steps 0, 2 and 3.
+  assert again["curve"] == got["curve"]
