@@ -27,8 +27,9 @@ For each n it prints one markdown table row: median wall time of ``repeats`` run
 each side (with min-max), the speed-up sklearn/ours (> 1: ours is faster), the largest
 |theta_ours - theta_sklearn| on the grid, the integrated squared error of each estimate
 against the true effect ``causal.overlap_effect`` (the mean of the squared error over
-the grid, as in ``experiments/kernel_ridge.py``) and the extra peak resident memory of
-each side (peak RSS of its process minus its RSS just before the first fit).
+the grid, as ``methods.kernel_ridge.integrated_squared_error``) and the extra peak
+resident memory of each side (peak RSS of its process minus its RSS just before the
+first fit).
 
 Each (side, n) runs in its own freshly spawned process, so memory peaks are per side and
 per n and one side's allocations cannot slow the other. The BLAS thread pools seen by
@@ -165,42 +166,51 @@ def _threadpools() -> list[dict]:
   return [{k: p.get(k) for k in keep} for p in threadpoolctl.threadpool_info()]
 
 
+def _time_ours(t, x, y, grid, repeats: int) -> tuple[list, np.ndarray, int | None, dict]:
+  """(times, theta, RSS before the first fit, versions) of ``fit_two_stage`` + ``effect``."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from methods import kernel_ridge as kr  # pylint: disable=import-outside-toplevel
+  times = []
+  with jax.enable_x64(True):
+    tj, xj, yj, gj = (jax.block_until_ready(jnp.asarray(a)) for a in (t, x, y, grid))
+    hyper = kr.TwoStageHyper(**HYPER)
+
+    def once():
+      fit = kr.fit_two_stage(tj, xj, yj, hyper, solver="cholesky")
+      return fit.effect(gj).block_until_ready()
+
+    rss_before = _rss_kib()
+    once()  # compiles; not timed
+    for _ in range(repeats):
+      start = time.perf_counter()
+      theta = once()
+      times.append(time.perf_counter() - start)
+    versions = {"jax": jax.__version__, "backend": jax.default_backend(),
+                "devices": str(jax.devices())}
+    return times, np.asarray(theta), rss_before, versions
+
+
+def _time_sklearn(t, x, y, grid, repeats: int) -> tuple[list, np.ndarray, int | None, dict]:
+  """(times, theta, RSS before the first fit, versions) of ``sklearn_two_stage``."""
+  import sklearn  # pylint: disable=import-outside-toplevel
+  times = []
+  sklearn_two_stage(t[:MIN_N], x[:MIN_N], y[:MIN_N], grid, HYPER)  # imports only
+  rss_before = _rss_kib()
+  for _ in range(repeats):
+    start = time.perf_counter()
+    theta = sklearn_two_stage(t, x, y, grid, HYPER)
+    times.append(time.perf_counter() - start)
+  return times, theta, rss_before, {"sklearn": sklearn.__version__}
+
+
 def run_side(side: str, t: np.ndarray, x: np.ndarray, y: np.ndarray, grid: np.ndarray,
              repeats: int) -> dict:
   """Times ``repeats`` fits of one side (in a fresh process); returns times, theta, memory."""
-  times = []
-  if side == "ours":
-    import jax  # pylint: disable=import-outside-toplevel
-    import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-    from methods import kernel_ridge as kr  # pylint: disable=import-outside-toplevel
-    with jax.enable_x64(True):
-      tj, xj, yj, gj = (jax.block_until_ready(jnp.asarray(a)) for a in (t, x, y, grid))
-      hyper = kr.TwoStageHyper(**HYPER)
-
-      def once():
-        fit = kr.fit_two_stage(tj, xj, yj, hyper, solver="cholesky")
-        return fit.effect(gj).block_until_ready()
-
-      rss_before = _rss_kib()
-      once()  # compiles; not timed
-      for _ in range(repeats):
-        start = time.perf_counter()
-        theta = once()
-        times.append(time.perf_counter() - start)
-      theta = np.asarray(theta)
-      versions = {"jax": jax.__version__, "backend": jax.default_backend(),
-                  "devices": str(jax.devices())}
-  elif side == "sklearn":
-    import sklearn  # pylint: disable=import-outside-toplevel
-    sklearn_two_stage(t[:MIN_N], x[:MIN_N], y[:MIN_N], grid, HYPER)  # imports only
-    rss_before = _rss_kib()
-    for _ in range(repeats):
-      start = time.perf_counter()
-      theta = sklearn_two_stage(t, x, y, grid, HYPER)
-      times.append(time.perf_counter() - start)
-    versions = {"sklearn": sklearn.__version__}
-  else:
+  timers = {"ours": _time_ours, "sklearn": _time_sklearn}
+  if side not in timers:
     raise ValueError(f"unknown side {side!r}; expected one of {SIDES}")
+  times, theta, rss_before, versions = timers[side](t, x, y, grid, repeats)
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
   return dict(times=times, theta=np.asarray(theta, dtype=np.float64),
               rss_before_kib=rss_before, peak_rss_kib=peak, versions=versions,
@@ -284,11 +294,7 @@ def describe_threadpools(side: str, pools: list[dict]) -> list[str]:
           f"{os.path.basename(p['filepath'] or '')})" for p in pools]
 
 
-def main(argv):
-  del argv
-  ns, repeats = parse_ns(FLAGS.ns), FLAGS.repeats
-  grid = evaluation_grid()
-  truth = true_effect(grid)
+def print_header(repeats: int) -> None:
   print(f"# two-stage KRR benchmark: ours (JAX) vs scikit-learn, repeats={repeats}, "
         f"seed={FLAGS.seed}", flush=True)
   print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs "
@@ -298,30 +304,46 @@ def main(argv):
   print(f"hyperparameters: {HYPER}; design: overlap={OVERLAP}; grid: "
         f"linspace(-1, 1, {GRID_POINTS})", flush=True)
 
-  rows, loads, shown = [], [], False
-  for n in ns:
-    t, x, y = sample(n, FLAGS.seed)
-    load = OtherLoad()
-    results = {}
-    for side in SIDES:
-      print(f"running {side} at n={n} ...", file=sys.stderr, flush=True)
-      results[side] = run_isolated(side, t, x, y, grid, repeats)
-    if not shown:
-      print("versions: " + ", ".join(
-          f"{k} {v}" for side in SIDES for k, v in results[side]["versions"].items()
-          if k in ("jax", "sklearn", "backend")))
-      print("thread pools (threadpoolctl, per process):")
-      for side in SIDES:
-        print("\n".join(describe_threadpools(side, results[side]["threadpools"])))
-      print("  ours: XLA:CPU runs its own intra-op thread pool (not listed by threadpoolctl)")
-      print(flush=True)
-      shown = True
-    rows.append(table_row(n, results["ours"], results["sklearn"], truth))
-    share = load.share()
-    loads.append(f"n={n}: " + ("n/a" if share is None else f"{100 * share:.0f}%"))
-    print(f"  n={n}: ours {results['ours']['times']}, sklearn {results['sklearn']['times']}",
-          file=sys.stderr, flush=True)
 
+def print_versions(results: dict) -> None:
+  """The library versions and thread pools of each side's worker process."""
+  print("versions: " + ", ".join(
+      f"{k} {v}" for side in SIDES for k, v in results[side]["versions"].items()
+      if k in ("jax", "sklearn", "backend")))
+  print("thread pools (threadpoolctl, per process):")
+  for side in SIDES:
+    print("\n".join(describe_threadpools(side, results[side]["threadpools"])))
+  print("  ours: XLA:CPU runs its own intra-op thread pool (not listed by threadpoolctl)")
+  print(flush=True)
+
+
+def measure(n: int, grid: np.ndarray, repeats: int) -> tuple[dict, str]:
+  """Both sides at sample size n: ({side: run_side result}, other processes' CPU share)."""
+  t, x, y = sample(n, FLAGS.seed)
+  load = OtherLoad()
+  results = {}
+  for side in SIDES:
+    print(f"running {side} at n={n} ...", file=sys.stderr, flush=True)
+    results[side] = run_isolated(side, t, x, y, grid, repeats)
+  share = load.share()
+  print(f"  n={n}: ours {results['ours']['times']}, sklearn {results['sklearn']['times']}",
+        file=sys.stderr, flush=True)
+  return results, f"n={n}: " + ("n/a" if share is None else f"{100 * share:.0f}%")
+
+
+def main(argv):
+  del argv
+  ns, repeats = parse_ns(FLAGS.ns), FLAGS.repeats
+  grid = evaluation_grid()
+  truth = true_effect(grid)
+  print_header(repeats)
+  rows, loads = [], []
+  for i, n in enumerate(ns):
+    results, load = measure(n, grid, repeats)
+    if i == 0:
+      print_versions(results)
+    rows.append(table_row(n, results["ours"], results["sklearn"], truth))
+    loads.append(load)
   print(TABLE_HEADER)
   print("\n".join(rows))
   print(f"\nCPU used by other processes while each n ran (share of {os.cpu_count()} CPUs): "

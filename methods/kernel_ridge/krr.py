@@ -17,6 +17,8 @@ plain (n, d) array, or a tuple such as (t, x) for product kernels); the kernel i
 a pytree callable ``k(z_a, z_b) -> (n_a, n_b)`` Gram matrix such as
 ``common.kernels.Kernel`` or ``ProductKernel``, whose lengthscales are traced leaves.
 Every function is pure and traceable; ``fit`` is jit-compiled with the solver static.
+
+Examples assume ``import jax, jax.numpy as jnp`` and ``from common import kernels``.
 """
 
 from __future__ import annotations
@@ -34,13 +36,24 @@ SOLVERS = ("cholesky", "cg", "nystrom")
 
 
 class KRRFit(NamedTuple):
-  """A fitted expansion f(z) = sum_l weights_l k(z, centers_l)."""
+  """A fitted expansion f(z) = sum_l weights_l k(z, centers_l) (see ``predict``)."""
   centers: Any    # pytree with leading axis m (training rows or landmarks)
   weights: Array  # (m,)
 
 
 def num_rows(z: Any) -> int:
-  """The shared leading size of a pytree of arrays; raises if the leaves disagree."""
+  """The shared leading size n of a pytree of arrays; raises if the leaves disagree.
+
+  Args:
+    z: a pytree of arrays, each with leading axis n.
+
+  Returns:
+    n.
+
+  Example:
+    >>> num_rows((jnp.zeros(5), jnp.zeros((5, 2))))
+    5
+  """
   sizes = {leaf.shape[0] for leaf in jax.tree_util.tree_leaves(z)}
   if len(sizes) != 1:
     raise ValueError(f"inputs must share their leading (row) axis, got sizes {sorted(sizes)}")
@@ -48,14 +61,38 @@ def num_rows(z: Any) -> int:
 
 
 def take_rows(z: Any, idx: Array) -> Any:
-  """Selects rows ``idx`` of every leaf of ``z``."""
+  """z[idx] leaf by leaf: the rows ``idx`` of every leaf of ``z``.
+
+  Args:
+    z: a pytree of arrays with a shared leading axis.
+    idx: integer row indices.
+
+  Returns:
+    A pytree like ``z`` whose leaves have leading size ``len(idx)``.
+
+  Example:
+    >>> take_rows((jnp.arange(4.0), jnp.eye(4)), jnp.array([0, 2]))[0]
+    Array([0., 2.], dtype=float32)
+  """
   return jax.tree_util.tree_map(lambda a: a[idx], z)
 
 
 def row_blocks(z: Any, chunk_size: int) -> tuple[Any, int]:
   """Splits every leaf of ``z`` into (num_chunks, chunk_size, ...) blocks of rows.
 
-  The last block is padded with copies of row 0; returns (blocks, num_chunks).
+  num_chunks = ceil(n / chunk_size); the last block is padded with copies of row 0.
+
+  Args:
+    z: a pytree of arrays with leading axis n.
+    chunk_size: rows per block.
+
+  Returns:
+    (blocks, num_chunks).
+
+  Example:
+    >>> blocks, num_chunks = row_blocks(jnp.arange(5.0), 2)
+    >>> blocks.shape, num_chunks
+    ((3, 2), 3)
   """
   n = num_rows(z)
   num_chunks = -(-n // chunk_size)
@@ -69,11 +106,23 @@ def row_blocks(z: Any, chunk_size: int) -> tuple[Any, int]:
 
 
 def chunked_rows(fn: Callable[[Any], Array], z: Any, chunk_size: int | None) -> Array:
-  """Computes fn(z) row-chunk by row-chunk and concatenates along axis 0.
+  """fn(z) computed row-chunk by row-chunk: concat_b fn(z[rows of block b]).
 
   ``fn`` maps a pytree of rows to an array with the same leading size. With
   ``chunk_size=None`` (or >= n) it is a single call. Padding rows (copies of row 0)
   are dropped from the output, so any n works.
+
+  Args:
+    fn: ``rows -> (rows, ...)`` array, applied to each block under ``lax.map``.
+    z: a pytree of arrays with leading axis n.
+    chunk_size: rows per block, or None for one call.
+
+  Returns:
+    (n, ...) array equal to ``fn(z)``.
+
+  Example:
+    >>> chunked_rows(lambda r: 2.0 * r, jnp.arange(5.0), chunk_size=2)
+    Array([0., 2., 4., 6., 8.], dtype=float32)
   """
   n = num_rows(z)
   if chunk_size is None or chunk_size >= n:
@@ -91,7 +140,20 @@ def _check_fit_args(y: Array, n: int, lam) -> None:
 
 
 def solve_cholesky(gram: Array, y: Array, lam) -> Array:
-  """alpha = (K + n lambda I)^{-1} y by a Cholesky factorisation."""
+  """alpha = (K + n lambda I)^{-1} y by a Cholesky factorisation.
+
+  Args:
+    gram: (n, n) Gram matrix K.
+    y: (n,) targets.
+    lam: ridge lambda > 0.
+
+  Returns:
+    (n,) dual coefficients alpha.
+
+  Example:
+    >>> x = jnp.linspace(0.0, 1.0, 8)
+    >>> alpha = solve_cholesky(kernels.rbf(x, x, 0.3), jnp.sin(x), 1e-3)
+  """
   n = gram.shape[0]
   reg = gram + n * lam * jnp.eye(n, dtype=gram.dtype)
   factor = jax.scipy.linalg.cho_factor(reg, lower=True)
@@ -111,6 +173,19 @@ def spectral_path(gram: Array, y: Array, lams: Array) -> SpectralPath:
   With K = U diag(s) U^T, alpha(lambda) = U diag(1 / (s + n lambda)) U^T y, and the
   hat matrix H = K (K + n lambda I)^{-1} = U diag(s / (s + n lambda)) U^T gives the
   closed-form leave-one-out residual (y_i - f_i) / (1 - H_ii).
+
+  Args:
+    gram: (n, n) Gram matrix K.
+    y: (n,) targets.
+    lams: (L,) ridges lambda.
+
+  Returns:
+    SpectralPath(alphas (L, n), fitted (L, n), loo_mse (L,)).
+
+  Example:
+    >>> x = jnp.linspace(0.0, 1.0, 20)
+    >>> path = spectral_path(kernels.rbf(x, x, 0.3), jnp.sin(6 * x), jnp.array([1e-4, 1e-2]))
+    >>> best_lam_index = int(jnp.argmin(path.loo_mse))
   """
   n = gram.shape[0]
   s, u = jnp.linalg.eigh(gram)
@@ -126,13 +201,44 @@ def spectral_path(gram: Array, y: Array, lams: Array) -> SpectralPath:
 
 
 def gram_matvec(k: Gram, z: Any, v: Array, chunk_size: int | None) -> Array:
-  """K v without storing K: rows of K are built ``chunk_size`` at a time."""
+  """(K v)_i = sum_j k(z_i, z_j) v_j without storing K: rows of K are built
+  ``chunk_size`` at a time.
+
+  Args:
+    k: kernel ``k(z_a, z_b) -> Gram matrix``.
+    z: inputs, a pytree with leading axis n.
+    v: (n,) vector.
+    chunk_size: rows of K per block, or None for the whole K at once.
+
+  Returns:
+    (n,) K v.
+
+  Example:
+    >>> x = jnp.linspace(0.0, 1.0, 10)
+    >>> kv = gram_matvec(kernels.Kernel(0.3), x, jnp.ones(10), chunk_size=4)
+  """
   return chunked_rows(lambda rows: k(rows, z) @ v, z, chunk_size)
 
 
 def solve_cg(k: Gram, z: Any, y: Array, lam, *, chunk_size: int | None = 2048,
              tol: float = 1e-6, maxiter: int | None = None) -> Array:
-  """alpha = (K + n lambda I)^{-1} y by conjugate gradients with a matrix-free K v."""
+  """alpha = (K + n lambda I)^{-1} y by conjugate gradients with a matrix-free K v.
+
+  Args:
+    k: kernel ``k(z_a, z_b) -> Gram matrix``.
+    z: inputs, a pytree with leading axis n.
+    y: (n,) targets.
+    lam: ridge lambda > 0.
+    chunk_size: rows of K built at a time (memory O(n chunk_size)).
+    tol, maxiter: passed to ``jax.scipy.sparse.linalg.cg``.
+
+  Returns:
+    (n,) dual coefficients alpha.
+
+  Example:
+    >>> x = jnp.linspace(0.0, 1.0, 30)
+    >>> alpha = solve_cg(kernels.Kernel(0.3), x, jnp.sin(x), 1e-3, chunk_size=8)
+  """
   n = y.shape[0]
 
   def matvec(v):
@@ -144,7 +250,25 @@ def solve_cg(k: Gram, z: Any, y: Array, lam, *, chunk_size: int | None = 2048,
 
 def nystrom_normal_equations(k: Gram, z: Any, y: Array, landmarks: Any,
                              chunk_size: int | None) -> tuple[Array, Array, Array]:
-  """Returns (K_mn K_nm, K_mn y, K_mm), accumulating over row chunks of z."""
+  """The Nystrom normal equations' pieces (K_mn K_nm, K_mn y, K_mm).
+
+  K_mn K_nm = sum_b K_bm^T K_bm and K_mn y = sum_b K_bm^T y_b are accumulated over
+  row blocks b of z, so K_nm is never stored whole.
+
+  Args:
+    k: kernel ``k(z_a, z_b) -> Gram matrix``.
+    z: inputs, a pytree with leading axis n.
+    y: (n,) targets.
+    landmarks: a pytree like ``z`` with leading axis m.
+    chunk_size: rows per block, or None for one block.
+
+  Returns:
+    ((m, m) K_mn K_nm, (m,) K_mn y, (m, m) K_mm).
+
+  Example:
+    >>> x = jnp.linspace(0.0, 1.0, 30)
+    >>> ktk, kty, kmm = nystrom_normal_equations(kernels.Kernel(0.3), x, jnp.sin(x), x[::3], 8)
+  """
   m = num_rows(landmarks)
   n = y.shape[0]
   if chunk_size is None or chunk_size >= n:
@@ -169,7 +293,26 @@ def nystrom_normal_equations(k: Gram, z: Any, y: Array, landmarks: Any,
 
 def solve_nystrom(k: Gram, z: Any, y: Array, lam, landmarks: Any, *,
                   chunk_size: int | None = 2048, jitter: float = 1e-8) -> Array:
-  """beta = (K_mn K_nm + n lambda K_mm)^{-1} K_mn y for the given landmarks."""
+  """beta = (K_mn K_nm + n lambda K_mm)^{-1} K_mn y for the given landmarks.
+
+  A jitter of ``jitter * trace / m`` on the diagonal keeps the m x m system solvable.
+
+  Args:
+    k: kernel ``k(z_a, z_b) -> Gram matrix``.
+    z: inputs, a pytree with leading axis n.
+    y: (n,) targets.
+    lam: ridge lambda > 0.
+    landmarks: a pytree like ``z`` with leading axis m (the centres of the fit).
+    chunk_size: rows of K_nm built at a time.
+    jitter: relative diagonal jitter.
+
+  Returns:
+    (m,) weights beta; f(z) = sum_l beta_l k(z, landmarks_l).
+
+  Example:
+    >>> x = jnp.linspace(0.0, 1.0, 30)
+    >>> beta = solve_nystrom(kernels.Kernel(0.3), x, jnp.sin(x), 1e-3, x[::3])
+  """
   n = y.shape[0]
   ktk, kty, kmm = nystrom_normal_equations(k, z, y, landmarks, chunk_size)
   a = ktk + n * lam * kmm
@@ -205,7 +348,8 @@ def fit(k: Gram, z: Any, y: Array, lam, *, solver: str = "cholesky",
     solver: "cholesky" (exact, O(n^3)), "cg" (exact, matrix-free, O(n^2) per
       iteration, O(n chunk) memory) or "nystrom" (``num_landmarks`` uniformly
       sampled landmarks, O(n m^2)).
-    key: PRNG key choosing Nystrom landmarks (required for "nystrom").
+    key: PRNG key choosing the Nystrom landmarks (required for "nystrom", unused
+      by the exact solvers).
     num_landmarks: m for "nystrom".
     chunk_size: rows per block when building K for "cg"/"nystrom".
 
@@ -213,9 +357,12 @@ def fit(k: Gram, z: Any, y: Array, lam, *, solver: str = "cholesky",
     KRRFit; predict with ``predict(k, fit, z_new)``.
 
   Example:
-    >>> k = common.kernels.Kernel(lengthscale=0.5, name="rbf")
-    >>> model = fit(k, x, y, 1e-3)
-    >>> y_hat = predict(k, model, x_test)
+    >>> k = kernels.Kernel(lengthscale=0.5, name="rbf")
+    >>> x = jnp.linspace(-1.0, 1.0, 40)
+    >>> model = fit(k, x, jnp.sin(3 * x), 1e-3)
+    >>> y_hat = predict(k, model, jnp.linspace(-1.0, 1.0, 7))
+    >>> sparse = fit(k, x, jnp.sin(3 * x), 1e-3, solver="nystrom",
+    ...              key=jax.random.PRNGKey(0), num_landmarks=10)
   """
   if solver not in SOLVERS:
     raise ValueError(f"unknown solver {solver!r}; expected one of {SOLVERS}")
@@ -226,11 +373,24 @@ def fit(k: Gram, z: Any, y: Array, lam, *, solver: str = "cholesky",
       raise ValueError("solver='nystrom' needs a PRNG key to choose landmarks")
     if num_landmarks < 1:
       raise ValueError(f"num_landmarks must be >= 1, got {num_landmarks}")
-  else:
-    key = jax.random.PRNGKey(0) if key is None else key
   return _fit(k, z, jnp.asarray(y), lam, key, solver, int(num_landmarks), chunk_size)
 
 
 def predict(k: Gram, model: KRRFit, z: Any, chunk_size: int | None = None) -> Array:
-  """f(z) = K(z, centers) @ weights, optionally in row chunks."""
+  """f(z_i) = sum_l weights_l k(z_i, centers_l), optionally in row chunks.
+
+  Args:
+    k: the kernel the model was fitted with.
+    model: a ``KRRFit``.
+    z: query inputs, a pytree with leading axis q.
+    chunk_size: query rows per block, or None.
+
+  Returns:
+    (q,) predictions.
+
+  Example:
+    >>> k = kernels.Kernel(0.5)
+    >>> x = jnp.linspace(-1.0, 1.0, 40)
+    >>> y_hat = predict(k, fit(k, x, jnp.sin(3 * x), 1e-3), x, chunk_size=16)
+  """
   return chunked_rows(lambda rows: k(rows, model.centers) @ model.weights, z, chunk_size)

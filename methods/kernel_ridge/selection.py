@@ -20,6 +20,9 @@ eigendecomposition (``krr.spectral_path``), so the grid is cheap: one
 eigendecomposition per stage-1 lengthscale pair and one per stage-2 lengthscale.
 For large n, selection runs on a random subsample of ``max_n`` points and the
 selected hyperparameters are then used on the full sample.
+
+Examples assume ``import jax, jax.numpy as jnp``, ``from common import kernels`` and
+``from common.data import causal``.
 """
 
 from __future__ import annotations
@@ -38,7 +41,11 @@ Array = jax.Array
 
 
 class SelectionGrid(NamedTuple):
-  """Candidate hyperparameters. Lengthscales are multiples of the median heuristic."""
+  """Candidate hyperparameters. Lengthscales are multiples of the median heuristic.
+
+  ``val_fraction`` of the (sub)sample is the validation part D2; selection runs on
+  a random subsample of ``max_n`` rows when the sample is larger.
+  """
   scales_t: Sequence[float] = (0.5, 1.0, 2.0)
   scales_x: Sequence[float] = (0.5, 1.0, 2.0)
   lams1: Sequence[float] = (1e-5, 1e-4, 1e-3, 1e-2)
@@ -49,12 +56,14 @@ class SelectionGrid(NamedTuple):
 
 
 class Selected(NamedTuple):
+  """What ``select_two_stage`` returns."""
   hyper: two_stage.TwoStageHyper
   score: float         # pseudo-label error of the chosen candidate
   scores: np.ndarray   # (|scales_t|, |scales_x|, |lams1|, |scales_t2|, |lams2|)
 
 
 class LooSelected(NamedTuple):
+  """What ``loo_select`` returns."""
   scale_index: int
   lam: float
   loo_mse: float
@@ -62,6 +71,15 @@ class LooSelected(NamedTuple):
 
 
 def check_grid(grid: SelectionGrid) -> None:
+  """Raises ValueError unless every candidate list is non-empty and > 0,
+  0 < val_fraction < 1 and max_n >= 8.
+
+  Args:
+    grid: the candidates.
+
+  Example:
+    >>> check_grid(SelectionGrid(scales_t=(1.0,)))
+  """
   for name in ("scales_t", "scales_x", "lams1", "scales_t2", "lams2"):
     values = getattr(grid, name)
     if len(values) == 0 or min(values) <= 0:
@@ -73,7 +91,18 @@ def check_grid(grid: SelectionGrid) -> None:
 
 
 def base_lengthscales(t: Array, x: Array) -> tuple[Array, Array]:
-  """Median-heuristic lengthscales of the treatment and the covariates."""
+  """Median-heuristic lengthscales (h_t, h_x) of the treatment and the covariates:
+  h = median_{i<j} ||z_i - z_j||.
+
+  Args:
+    t: (n,) treatments; x: (n, p) covariates.
+
+  Returns:
+    (h_t, h_x), the units of the grid's scales.
+
+  Example:
+    >>> h_t, h_x = base_lengthscales(jnp.linspace(0.0, 1.0, 9), jnp.ones((9, 2)))
+  """
   return kernels.median_heuristic(t), kernels.median_heuristic(x)
 
 
@@ -87,16 +116,37 @@ _cholesky = jax.jit(krr.solve_cholesky)
 
 def loo_select(kernel_list: Sequence, z, y: Array, lams: Sequence[float], *,
                max_n: int | None = None, key: Array | None = None) -> LooSelected:
-  """Chooses (kernel, lambda) minimising the exact leave-one-out error of KRR.
+  """Chooses (kernel, lambda) minimising the exact leave-one-out error of KRR:
+
+      argmin_{k, lambda} (1/n) sum_i ((y_i - f_i) / (1 - H_ii))^2,
+      H = K (K + n lambda I)^{-1}   (see ``krr.spectral_path``).
 
   With ``max_n`` below n, the leave-one-out search runs on a random subsample of
-  ``max_n`` rows (``key``), and the chosen model is then refitted on all rows by
-  a Cholesky solve; ``alphas`` always refer to all rows of ``z``.
+  ``max_n`` rows drawn with ``key``, and the chosen model is then refitted on all
+  rows by a Cholesky solve; ``alphas`` always refer to all rows of ``z``.
+
+  Args:
+    kernel_list: candidate kernels ``k(z_a, z_b) -> Gram matrix``.
+    z: inputs, a pytree with leading axis n.
+    y: (n,) targets.
+    lams: candidate ridges.
+    max_n: the largest sample the search runs on, or None for all rows.
+    key: PRNG key drawing the subsample; required when n > max_n.
+
+  Returns:
+    LooSelected(scale_index, lam, loo_mse, alphas).
+
+  Example:
+    >>> x = jnp.linspace(-1.0, 1.0, 30)
+    >>> best = loo_select([kernels.Kernel(s) for s in (0.2, 0.5)], x, jnp.sin(3 * x),
+    ...                   (1e-4, 1e-2), max_n=20, key=jax.random.PRNGKey(0))
   """
   n = krr.num_rows(z)
   z_sel, y_sel = z, y
   if max_n is not None and n > max_n:
-    key = jax.random.PRNGKey(0) if key is None else key
+    if key is None:
+      raise ValueError(f"leave-one-out selection on a subsample of max_n={max_n} of "
+                       f"n={n} rows needs a PRNG key")
     idx = jax.random.choice(key, n, (max_n,), replace=False)
     z_sel, y_sel = krr.take_rows(z, idx), y[idx]
   lams_arr = jnp.asarray(lams, y.dtype)
@@ -111,7 +161,6 @@ def loo_select(kernel_list: Sequence, z, y: Array, lams: Sequence[float], *,
     k = kernel_list[best.scale_index]
     best = best._replace(alphas=_cholesky(k(z, z), y, jnp.asarray(best.lam, y.dtype)))
   return best
-
 
 
 @jax.jit
@@ -133,28 +182,10 @@ def _candidate_scores(gram1, kt1_marg, y1, lams1, eig2_s, eig2_u, k2_cross, lams
   return jnp.mean((theta_val - theta_tilde) ** 2, axis=-1)
 
 
-def select_two_stage(t: Array, x: Array, y: Array, key: Array,
-                     grid: SelectionGrid = SelectionGrid(), *, kernel_t: str = "rbf",
-                     kernel_x: str = "rbf") -> Selected:
-  """Selects both stages' lengthscales and ridges by pseudo-labels on a hold-out split.
-
-  Args:
-    t, x, y: the sample (see ``two_stage.check_inputs``).
-    key: PRNG key for the subsample and the split.
-    grid: candidate values (lengthscales as multiples of the median heuristic).
-    kernel_t, kernel_x: kernel names.
-
-  Returns:
-    Selected(hyper, score, scores) with absolute lengthscales in ``hyper``.
-  """
-  t, x = two_stage.check_inputs(t, x, y)
-  check_grid(grid)
-  n = t.shape[0]
-  if n < 8:
-    raise ValueError(f"model selection needs at least 8 observations, got {n}")
+def _split(t, x, y, key, grid):
+  """((t1, x1, y1), (t2, x2, y2)): D1 and D2 of a subsample of at most max_n rows."""
   sub_key, split_key = jax.random.split(key)
-  h_t, h_x = base_lengthscales(t, x)
-  x_population = x
+  n = t.shape[0]
   if n > grid.max_n:
     idx = jax.random.choice(sub_key, n, (grid.max_n,), replace=False)
     t, x, y = t[idx], x[idx], y[idx]
@@ -162,24 +193,27 @@ def select_two_stage(t: Array, x: Array, y: Array, key: Array,
   perm = jax.random.permutation(split_key, n)
   n2 = max(4, int(round(grid.val_fraction * n)))
   i2, i1 = perm[:n2], perm[n2:]
-  t1, x1, y1, t2, x2, y2 = t[i1], x[i1], y[i1], t[i2], x[i2], y[i2]
-  dtype = y.dtype
-  lams1 = jnp.asarray(grid.lams1, dtype)
-  lams2 = jnp.asarray(grid.lams2, dtype)
+  return (t[i1], x[i1], y[i1]), (t[i2], x[i2], y[i2])
 
-  def stage1_kernel(st, sx):
-    return two_stage.product_kernel(kernel_t, kernel_x, st * h_t, sx * h_x)
 
-  # 1. Imputation model on D2 and its pseudo-labels at the D2 treatments.
+def _pseudo_labels(d2, x_population, grid, stage1_kernel) -> Array:
+  """theta~(T_i) = (1/N) sum_j mu~(T_i, X_j) at the D2 treatments, mu~ fitted on D2."""
+  t2, x2, y2 = d2
   pairs = [(st, sx) for st in grid.scales_t for sx in grid.scales_x]
   imputer = loo_select([stage1_kernel(st, sx) for st, sx in pairs], (t2, x2), y2,
                        grid.lams1)
   k_imp = stage1_kernel(*pairs[imputer.scale_index])
-  theta_tilde = two_stage.marginalize(
+  return two_stage.marginalize(
       krr.KRRFit(centers=(t2, x2), weights=imputer.alphas), k_imp, x_population,
       chunk_size=2048)(t2)
 
-  # 2. Candidates on D1, scored on D2 against the pseudo-labels.
+
+def _score_grid(d1, t2, theta_tilde, x_population, grid, h_t, h_x, kernel_t, kernel_x):
+  """Pseudo-label errors of every candidate fitted on D1: the ``Selected.scores`` array."""
+  t1, x1, y1 = d1
+  dtype = y1.dtype
+  lams1 = jnp.asarray(grid.lams1, dtype)
+  lams2 = jnp.asarray(grid.lams2, dtype)
   stage2 = []
   for s2 in grid.scales_t2:
     k2 = kernels.Kernel(s2 * h_t, kernel_t)
@@ -200,7 +234,49 @@ def select_two_stage(t: Array, x: Array, y: Array, key: Array,
       for c, (s, u, cross) in enumerate(stage2):
         scores[a, b, :, c, :] = np.asarray(_candidate_scores(
             gram1, gram_t * e[None, :], y1, lams1, s, u, cross, lams2, theta_tilde))
-  scores = np.where(np.isfinite(scores), scores, np.inf)
+  return np.where(np.isfinite(scores), scores, np.inf)
+
+
+def select_two_stage(t: Array, x: Array, y: Array, key: Array,
+                     grid: SelectionGrid = SelectionGrid(), *, kernel_t: str = "rbf",
+                     kernel_x: str = "rbf") -> Selected:
+  """Selects both stages' lengthscales and ridges by pseudo-labels on a hold-out split:
+
+      argmin over the grid of (1/|D2|) sum_{i in D2} (theta_hat_D1(T_i) - theta~(T_i))^2,
+
+  where theta_hat_D1 is the two-stage fit on D1 and theta~ the covariate average of
+  an imputation model fitted on D2 (see the module docstring).
+
+  Args:
+    t, x, y: the sample (see ``two_stage.check_inputs``).
+    key: PRNG key for the subsample and the split.
+    grid: candidate values (lengthscales as multiples of the median heuristic).
+    kernel_t, kernel_x: kernel names.
+
+  Returns:
+    Selected(hyper, score, scores) with absolute lengthscales in ``hyper``.
+
+  Example:
+    >>> data = causal.overlap_design(jax.random.PRNGKey(0), 60)
+    >>> grid = SelectionGrid(scales_t=(1.0,), scales_x=(1.0,), lams1=(1e-3,),
+    ...                      scales_t2=(1.0,), lams2=(1e-4, 1e-3))
+    >>> chosen = select_two_stage(data.t, data.x, data.y, jax.random.PRNGKey(1), grid)
+    >>> chosen.scores.shape
+    (1, 1, 1, 1, 2)
+  """
+  t, x = two_stage.check_inputs(t, x, y)
+  check_grid(grid)
+  n = t.shape[0]
+  if n < 8:
+    raise ValueError(f"model selection needs at least 8 observations, got {n}")
+  h_t, h_x = base_lengthscales(t, x)
+  d1, d2 = _split(t, x, y, key, grid)
+
+  def stage1_kernel(st, sx):
+    return two_stage.product_kernel(kernel_t, kernel_x, st * h_t, sx * h_x)
+
+  theta_tilde = _pseudo_labels(d2, x, grid, stage1_kernel)
+  scores = _score_grid(d1, d2[0], theta_tilde, x, grid, h_t, h_x, kernel_t, kernel_x)
   a, b, c, d, e_ = np.unravel_index(np.argmin(scores), scores.shape)
   hyper = two_stage.TwoStageHyper(
       lengthscale_t=float(grid.scales_t[a] * h_t),

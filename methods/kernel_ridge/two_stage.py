@@ -22,6 +22,9 @@ and then fits theta_hat by KRR of Y~ on T with its own kernel and ridge, so the
 final estimate adapts to the (typically much simpler) smoothness of theta rather
 than that of mu. With "average" and lambda_2 -> 0 the second stage reduces to the
 plug-in estimator of Singh, Xu & Gretton (``marginalize`` below).
+
+Examples assume ``import jax, jax.numpy as jnp``, ``from common import kernels`` and
+``from common.data import causal``.
 """
 
 from __future__ import annotations
@@ -42,7 +45,10 @@ PSEUDO_OUTCOMES = ("average", "permute")
 
 @struct.dataclass
 class EffectFunction:
-  """An estimated effect function theta_hat(t) = sum_l weights_l k_T(t, centers_l)."""
+  """An estimated effect function theta_hat(t) = sum_l weights_l k_T(t, centers_l).
+
+  A pytree (it passes through ``jit``); call it on an (q,) array of treatments.
+  """
   kernel: kernels.Kernel
   centers: Array  # (m,) treatment values
   weights: Array  # (m,)
@@ -61,6 +67,7 @@ class TwoStageHyper(NamedTuple):
 
 
 class TwoStageFit(NamedTuple):
+  """What ``fit_two_stage`` returns."""
   stage1: krr.KRRFit          # mu_hat over inputs (t, x)
   plug_in: EffectFunction     # average of mu_hat over the covariate sample
   effect: EffectFunction      # the two-stage estimate theta_hat
@@ -68,7 +75,19 @@ class TwoStageFit(NamedTuple):
 
 
 def check_inputs(t: Array, x: Array, y: Array | None = None) -> tuple[Array, Array]:
-  """Validates shapes: t (n,), x (n,) or (n, p), y (n,). Returns (t, x as 2-D)."""
+  """Validates shapes: t (n,), x (n,) or (n, p), y (n,), n >= 2.
+
+  Args:
+    t: treatments; x: covariates; y: outcomes, or None to skip their check.
+
+  Returns:
+    (t, x as an (n, p) matrix); a ValueError names the offending shape otherwise.
+
+  Example:
+    >>> t, x = check_inputs(jnp.zeros(4), jnp.zeros(4), jnp.zeros(4))
+    >>> x.shape
+    (4, 1)
+  """
   t = jnp.asarray(t)
   x = kernels.as_matrix(x)
   if t.ndim != 1:
@@ -84,21 +103,66 @@ def check_inputs(t: Array, x: Array, y: Array | None = None) -> tuple[Array, Arr
 
 def product_kernel(name_t: str, name_x: str, lengthscale_t, lengthscale_x
                    ) -> kernels.ProductKernel:
-  """The stage-1 kernel k_T(t, t') k_X(x, x') over inputs (t, x)."""
+  """The stage-1 kernel k((t, x), (t', x')) = k_T(t, t') k_X(x, x') over inputs (t, x).
+
+  Args:
+    name_t, name_x: kernel names from ``common.kernels.KERNELS``.
+    lengthscale_t, lengthscale_x: their lengthscales.
+
+  Returns:
+    A ``common.kernels.ProductKernel`` with factors (k_T, k_X).
+
+  Example:
+    >>> k = product_kernel("rbf", "matern32", 0.5, 1.0)
+    >>> k((jnp.zeros(3), jnp.zeros((3, 2))), (jnp.ones(4), jnp.ones((4, 2)))).shape
+    (3, 4)
+  """
   return kernels.ProductKernel(factors=(kernels.Kernel(lengthscale_t, name_t),
                                         kernels.Kernel(lengthscale_x, name_x)))
 
 
 def mean_embedding(k_x: kernels.Kernel, x_centers: Array, x_population: Array,
                    chunk_size: int | None = None) -> Array:
-  """e_l = (1/N) sum_j k_X(x_l, X_j): the empirical kernel mean embedding of P_X at x_l."""
+  """e_l = (1/N) sum_j k_X(x_l, X_j): the empirical kernel mean embedding of P_X at x_l.
+
+  Args:
+    k_x: the covariate kernel.
+    x_centers: (m, p) points x_l.
+    x_population: (N, p) covariate sample X_j.
+    chunk_size: centres per block, or None.
+
+  Returns:
+    (m,) e.
+
+  Example:
+    >>> x = jnp.linspace(-1.0, 1.0, 10)[:, None]
+    >>> e = mean_embedding(kernels.Kernel(0.5), x[:3], x)
+  """
   return krr.chunked_rows(lambda rows: jnp.mean(k_x(rows, x_population), axis=1),
                           x_centers, chunk_size)
 
 
 def marginalize(stage1: krr.KRRFit, k: kernels.ProductKernel, x_population: Array,
                 chunk_size: int | None = None) -> EffectFunction:
-  """theta(t) = (1/N) sum_j mu_hat(t, X_j) as an expansion over treatment centres."""
+  """The plug-in effect theta(t) = (1/N) sum_j mu_hat(t, X_j) as an expansion over
+  treatment centres: theta(t) = sum_l c_l e_l k_T(t, t_l), e = ``mean_embedding``.
+
+  Args:
+    stage1: mu_hat, a ``KRRFit`` over inputs (t, x) with centres (t_l, x_l).
+    k: the product kernel it was fitted with.
+    x_population: (N, p) covariates X_j to average over.
+    chunk_size: rows per block for the embedding, or None.
+
+  Returns:
+    An ``EffectFunction`` with the stage-1 treatment centres.
+
+  Example:
+    >>> t, x = jnp.linspace(-1.0, 1.0, 6), jnp.linspace(0.0, 1.0, 6)[:, None]
+    >>> k = product_kernel("rbf", "rbf", 0.5, 0.5)
+    >>> theta = marginalize(krr.KRRFit(centers=(t, x), weights=jnp.ones(6)), k, x)
+    >>> theta(jnp.zeros(2)).shape
+    (2,)
+  """
   k_t, k_x = k.factors
   t_c, x_c = stage1.centers
   e = mean_embedding(k_x, x_c, x_population, chunk_size)
@@ -108,7 +172,25 @@ def marginalize(stage1: krr.KRRFit, k: kernels.ProductKernel, x_population: Arra
 def permuted_pseudo_outcomes(stage1: krr.KRRFit, k: kernels.ProductKernel, t: Array,
                              x: Array, key: Array, num_permutations: int,
                              chunk_size: int | None = None) -> Array:
-  """Y~_i = (1/R) sum_r mu_hat(T_i, X_{pi_r(i)}) with R independent permutations."""
+  """Y~_i = (1/R) sum_r mu_hat(T_i, X_{pi_r(i)}) with R independent permutations pi_r.
+
+  Args:
+    stage1: mu_hat, a ``KRRFit`` over inputs (t, x).
+    k: the product kernel it was fitted with.
+    t: (n,) treatments; x: (n, p) covariates.
+    key: PRNG key drawing the permutations.
+    num_permutations: R.
+    chunk_size: rows per prediction block, or None.
+
+  Returns:
+    (n,) pseudo-outcomes, unbiased for the covariate average of ``marginalize``.
+
+  Example:
+    >>> t, x = jnp.linspace(-1.0, 1.0, 6), jnp.linspace(0.0, 1.0, 6)[:, None]
+    >>> k = product_kernel("rbf", "rbf", 0.5, 0.5)
+    >>> stage1 = krr.KRRFit(centers=(t, x), weights=jnp.ones(6))
+    >>> y_tilde = permuted_pseudo_outcomes(stage1, k, t, x, jax.random.PRNGKey(0), 4)
+  """
   n = t.shape[0]
 
   def one(k_r):
@@ -123,7 +205,7 @@ def permuted_pseudo_outcomes(stage1: krr.KRRFit, k: kernels.ProductKernel, t: Ar
     "num_permutations"))
 def _fit_two_stage(t, x, y, hyper, key, kernel_t, kernel_x, pseudo, solver,
                    num_landmarks, chunk_size, num_permutations):
-  k1_key, perm_key, k2_key = jax.random.split(key, 3)
+  k1_key, perm_key, k2_key = (None,) * 3 if key is None else jax.random.split(key, 3)
   k = product_kernel(kernel_t, kernel_x, hyper.lengthscale_t, hyper.lengthscale_x)
   stage1 = krr._fit(k, (t, x), y, hyper.lam1, k1_key, solver, num_landmarks, chunk_size)
   plug_in = marginalize(stage1, k, x, chunk_size)
@@ -136,6 +218,10 @@ def _fit_two_stage(t, x, y, hyper, key, kernel_t, kernel_x, pseudo, solver,
   stage2 = krr._fit(k2, t, y_tilde, hyper.lam2, k2_key, solver, num_landmarks, chunk_size)
   effect = EffectFunction(kernel=k2, centers=stage2.centers, weights=stage2.weights)
   return TwoStageFit(stage1=stage1, plug_in=plug_in, effect=effect, pseudo_outcomes=y_tilde)
+
+
+def _needs_key(solver: str, pseudo: str) -> bool:
+  return solver == "nystrom" or pseudo == "permute"
 
 
 def _check_hyper(hyper: TwoStageHyper) -> None:
@@ -155,7 +241,8 @@ def fit_two_stage(t: Array, x: Array, y: Array, hyper: TwoStageHyper, *,
   Args:
     t: (n,) treatments; x: (n,) or (n, p) covariates; y: (n,) outcomes.
     hyper: lengthscales and ridges of both stages (see ``select_two_stage``).
-    key: PRNG key (Nystrom landmarks, permutations); default PRNGKey(0).
+    key: PRNG key for the Nystrom landmarks and the permutations; required when
+      ``solver="nystrom"`` or ``pseudo="permute"``, unused (may be None) otherwise.
     kernel_t, kernel_x: kernel names from ``common.kernels.KERNELS``.
     pseudo: "average" or "permute" (see the module docstring).
     solver: "cholesky", "cg" or "nystrom" (both stages).
@@ -166,10 +253,13 @@ def fit_two_stage(t: Array, x: Array, y: Array, hyper: TwoStageHyper, *,
     TwoStageFit; ``fit.effect(t_grid)`` evaluates theta_hat.
 
   Example:
-    >>> data = common.data.causal.overlap_design(jax.random.PRNGKey(0), 500)
+    >>> data = causal.overlap_design(jax.random.PRNGKey(0), 200)
     >>> hyper = TwoStageHyper(0.5, 0.3, 1e-3, 0.5, 1e-3)
     >>> theta_hat = fit_two_stage(data.t, data.x, data.y, hyper).effect
-    >>> theta_hat(jnp.linspace(-1, 1, 50))
+    >>> theta_hat(jnp.linspace(-1, 1, 50)).shape
+    (50,)
+    >>> sparse = fit_two_stage(data.t, data.x, data.y, hyper, key=jax.random.PRNGKey(1),
+    ...                        solver="nystrom", num_landmarks=50)
   """
   t, x = check_inputs(t, x, y)
   _check_hyper(hyper)
@@ -181,7 +271,9 @@ def fit_two_stage(t: Array, x: Array, y: Array, hyper: TwoStageHyper, *,
     raise ValueError(f"unknown solver {solver!r}; expected one of {krr.SOLVERS}")
   if num_permutations < 1:
     raise ValueError(f"num_permutations must be >= 1, got {num_permutations}")
-  key = jax.random.PRNGKey(0) if key is None else key
+  if key is None and _needs_key(solver, pseudo):
+    raise ValueError(f"solver={solver!r} with pseudo={pseudo!r} draws random numbers: "
+                     "pass a PRNG key")
   dtype = t.dtype
   hyper = TwoStageHyper(*(jnp.asarray(v, dtype) for v in hyper))
   return _fit_two_stage(t, x, jnp.asarray(y), hyper, key, kernel_t, kernel_x, pseudo,

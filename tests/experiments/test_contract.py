@@ -128,8 +128,12 @@ def _main(*args, workdir):
      "unknown config key 'bandwidth'"),
     (["--config=experiments/configs/kernel_ridge.py:quick", "--config.ns=(-4,100)"],
      "config.ns=(-4, 100) is invalid"),
-    (["--config=experiments/configs/kernel_ridge.py:quick", "--config.scales_t=(0.0,)"],
-     "config.scales_t=(0.0,) is invalid"),
+    (["--config=experiments/configs/kernel_ridge.py:quick", "--config.selection.scales_t=(0.0,)"],
+     "config.selection.scales_t=(0.0,) is invalid"),
+    (["--config=experiments/configs/kernel_ridge.py:quick", "--config.selection.nope=1"],
+     "unknown config key 'selection.nope'"),
+    (["--config=experiments/configs/kernel_ridge.py:quick", "--config.ns.x=1"],
+     "config.ns is a value, not a sub-config"),
     (["--config=experiments/configs/nowhere.py"], "config file not found"),
 ])
 def test_main_rejects_bad_config_with_one_line(args, message, tmp_path):

@@ -1,5 +1,6 @@
 """Two-stage kernel ridge: solvers against closed forms, pseudo-outcomes against brute
-force, a property test of the permutation pseudo-outcomes, and the tiny claim test."""
+force, a property test of the permutation pseudo-outcomes, explicit keys, and the
+metrics. The tiny claim test is in test_kernel_ridge_claim.py."""
 
 import chex
 from hypothesis import given, settings, strategies as st
@@ -96,6 +97,9 @@ def test_two_stage_recovers_theta_exactly_when_mu_is_separable(x64):
   np.testing.assert_allclose(two_stage.marginalize(fit, k, x)(t), theta, rtol=1e-12)
 
 
+_permuted = jax.jit(two_stage.permuted_pseudo_outcomes, static_argnums=(5, 6))
+
+
 @settings(max_examples=5, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_permuted_pseudo_outcomes_are_unbiased_for_the_average(seed):
@@ -105,7 +109,7 @@ def test_permuted_pseudo_outcomes_are_unbiased_for_the_average(seed):
   with jax.enable_x64(True):
     t, x, k, fit = _toy_stage1(n=12, seed=seed % 7)
     exact = two_stage.marginalize(fit, k, x)(t)
-    mean = two_stage.permuted_pseudo_outcomes(fit, k, t, x, jax.random.PRNGKey(seed), 400)
+    mean = _permuted(fit, k, t, x, jax.random.PRNGKey(seed), 400, None)
     mus = k.factors[0](t, t) @ (fit.weights[:, None] * k.factors[1](x, x))  # (i, j): mu(T_i, X_j)
     se = jnp.std(mus, axis=1) / jnp.sqrt(400.0)
     assert bool(jnp.all(jnp.abs(mean - exact) <= 5 * se + 1e-9))
@@ -115,7 +119,7 @@ def test_fit_two_stage_solvers_agree_and_trace_once(x64, rng):
   data = causal.overlap_design(rng, 120)
   hyper = kr.TwoStageHyper(1.0, 0.5, 1e-3, 1.0, 1e-3)
   grid = jnp.linspace(-1, 1, 9)
-  exact = kr.fit_two_stage(data.t, data.x, data.y, hyper)
+  exact = kr.fit_two_stage(data.t, data.x, data.y, hyper)  # draws nothing: no key needed
   nys = kr.fit_two_stage(data.t, data.x, data.y, hyper, solver="nystrom",
                          num_landmarks=120, key=rng)
   np.testing.assert_allclose(nys.effect(grid), exact.effect(grid), atol=1e-3)
@@ -129,6 +133,8 @@ def test_fit_two_stage_solvers_agree_and_trace_once(x64, rng):
     d = causal.overlap_design(jax.random.PRNGKey(seed), 120)
     out = jitted(d.t, d.x, d.y, cast, rng, *args)
     assert bool(jnp.all(jnp.isfinite(out.effect(grid))))
+    if seed == 0:  # the data of `exact`: a key changes nothing when nothing is drawn
+      np.testing.assert_allclose(out.effect(grid), exact.effect(grid), rtol=1e-12)
 
 
 def test_gradients_flow_through_the_fit(x64, rng):
@@ -156,11 +162,52 @@ def test_bad_inputs_raise_before_work(rng):
     krr.fit(kernels.Kernel(1.0), data.x, data.y, 0.0)
 
 
+def test_randomness_needs_an_explicit_key(rng):
+  data = causal.overlap_design(rng, 20)
+  hyper = kr.TwoStageHyper(1.0, 1.0, 1e-3, 1.0, 1e-3)
+  with pytest.raises(ValueError, match="needs a PRNG key to choose landmarks"):
+    krr.fit(kernels.Kernel(1.0), data.x, data.y, 1e-3, solver="nystrom")
+  for kwargs in (dict(solver="nystrom"), dict(pseudo="permute")):
+    with pytest.raises(ValueError, match="draws random numbers: pass a PRNG key"):
+      kr.fit_two_stage(data.t, data.x, data.y, hyper, **kwargs)
+  with pytest.raises(ValueError, match="subsample of max_n=10 of n=20 rows needs a PRNG key"):
+    kr.loo_select([kernels.Kernel(1.0)], data.t, data.y, (1e-3,), max_n=10)
+  with pytest.raises(ValueError, match="subsample of max_n=10 of n=20 rows needs a PRNG key"):
+    kr.baselines.naive(data.t, data.x, data.y, max_n=10)
+  with pytest.raises(ValueError, match="n=20 > max_n=10 needs a subsample_key"):
+    kr.baselines.doubly_robust(data.t, data.x, data.y, key=rng, max_n=10)
+
+
+def test_loo_select_on_a_subsample_refits_on_all_rows(x64, rng):
+  x, y = _problem()
+  cands = [kernels.Kernel(0.5), kernels.Kernel(1.0)]
+  best = kr.loo_select(cands, x, y, (1e-4, 1e-2), max_n=30, key=rng)
+  again = kr.loo_select(cands, x, y, (1e-4, 1e-2), max_n=30, key=rng)
+  assert best.loo_mse == again.loo_mse and best.lam in (1e-4, 1e-2)
+  k = cands[best.scale_index]
+  np.testing.assert_allclose(best.alphas, krr.fit(k, x, y, best.lam).weights, rtol=1e-8)
+
+
+def test_evaluation_grid_and_integrated_squared_error(x64, rng):
+  t = jax.random.normal(rng, (501,))
+  lo, hi = np.quantile(np.asarray(t), [0.1, 0.9])
+  np.testing.assert_allclose(kr.evaluation_grid(t, 0.1, 7), np.linspace(lo, hi, 7),
+                             rtol=1e-12)
+  grid = jnp.linspace(-1.0, 1.0, 11)
+  ise = kr.integrated_squared_error(grid ** 2 + 0.5 * grid, grid ** 2)
+  assert float(ise) == pytest.approx(float(jnp.mean((0.5 * grid) ** 2)))
+  with pytest.raises(ValueError, match="same shape"):
+    kr.integrated_squared_error(grid, grid[:3])
+  with pytest.raises(ValueError, match="quantile must lie in"):
+    kr.evaluation_grid(t, 0.5, 7)
+
+
 def test_selection_returns_grid_values_and_finite_scores(x64, rng):
-  data = causal.overlap_design(rng, 80, overlap=0.5)
-  grid = kr.SelectionGrid(scales_t=(1.0,), scales_x=(0.5, 1.0), lams1=(1e-4, 1e-2),
-                          scales_t2=(0.5, 1.0), lams2=(1e-4, 1e-2))
+  # The sizes of the tiny claim run's selection (n = 150, its grid), so a session
+  # compiles them once for both tests.
+  data = causal.overlap_design(rng, 150, overlap=0.2)
+  grid = kr.SelectionGrid(scales_t=(1.0,), scales_x=(0.5, 1.0), max_n=150)
   chosen = kr.select_two_stage(data.t, data.x, data.y, rng, grid)
-  assert chosen.scores.shape == (1, 2, 2, 2, 2)
+  assert chosen.scores.shape == (1, 2, 4, 4, 5)
   assert np.isfinite(chosen.scores).all() and chosen.score == chosen.scores.min()
   assert chosen.hyper.lam1 in grid.lams1 and chosen.hyper.lam2 in grid.lams2
