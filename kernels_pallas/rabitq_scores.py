@@ -30,6 +30,11 @@ Shapes:
 The kernel tiles N by `RaBitQScoresBlocks.block_n`; it runs with interpret=True on
 CPU (tests check it bit-exactly against the integer reference) and compiled on
 GPU/TPU. On CPU under jit, call the reference (it is what `use_kernel=False` picks).
+
+The reference is built from two pieces that are the only jnp implementation of the
+estimator's arithmetic in the library: `bitplane_dot` (the popcount sum above) and
+`binary_query_inner_product` (eq. 20). The kernel body and
+`methods.rabitq_attention.estimator` call them too.
 """
 
 from __future__ import annotations
@@ -72,19 +77,65 @@ def _popcount_sum(x: jax.Array, axis: int) -> jax.Array:
   return jnp.sum(jax.lax.population_count(x).astype(jnp.int32), axis=axis)
 
 
-def _bitplane_dot(words: jax.Array, planes: jax.Array) -> jax.Array:
-  """<x_b, q_u> for words (N, W) and planes (Q, 4, W) -> (Q, N) int32."""
-  total = jnp.zeros((planes.shape[0], words.shape[0]), jnp.int32)
-  for j in range(QUERY_BITS):
-    total = total + (1 << j) * _popcount_sum(words[None, :, :] & planes[:, j, None, :], -1)
+def bitplane_dot(words: jax.Array, planes: jax.Array) -> jax.Array:
+  """The integer part of the estimator, from popcounts only:
+
+      <x_b, q_u> = sum_j 2^j sum_w popcount(x_b[w] AND plane_j(q_u)[w]).
+
+  This is the one jnp reference of the kernel's inner loop; the kernel calls it on
+  one tile and `methods.rabitq_attention.estimator` on any batch of keys and queries.
+
+  Args:
+    words: (..., N, W) uint32 packed key sign bits x_b.
+    planes: (..., B, W) uint32 bit planes of a query's B-bit integers q_u (plane j
+      holds bit j). Leading axes broadcast: words (N, W) against planes (Q, B, W)
+      scores Q queries against the same N keys.
+
+  Returns:
+    (..., N) int32 <x_b, q_u>.
+
+  Example:
+    >>> words = jnp.full((2, 1), 0b1011, jnp.uint32)             # N=2 keys, W=1
+    >>> planes = jnp.zeros((4, 1), jnp.uint32).at[1].set(0b11)   # q_u = 2 on coords 0, 1
+    >>> bitplane_dot(words, planes)                              # 2 * popcount(0b11)
+    Array([4, 4], dtype=int32)
+  """
+  total = 0
+  for j in range(planes.shape[-2]):
+    both = words & planes[..., j, None, :]                       # (..., N, W)
+    total = total + (1 << j) * _popcount_sum(both, -1)
   return total
+
+
+def binary_query_inner_product(dot, popcount, delta, v_l, sum_q, dim: int) -> jax.Array:
+  """<x_bar, q_bar> from the integer parts (Gao & Long, eq. 20):
+
+      <x_bar, q_bar> = (1/sqrt(D)) [2 Delta <x_b, q_u> + 2 v_l popcount(x_b)
+                                    - Delta sum_i q_u,i - D v_l].
+
+  Args:
+    dot: <x_b, q_u> (`bitplane_dot`), any shape.
+    popcount: popcount(x_b) per key, broadcast against `dot`.
+    delta, v_l, sum_q: the query code's scale, offset and sum of q_u, broadcast
+      against `dot` (e.g. (Q, 1) against (Q, N)).
+    dim: D, the code width (32 W).
+
+  Returns:
+    float32 <x_bar, q_bar>, the broadcast shape.
+
+  Example:
+    >>> binary_query_inner_product(jnp.int32(4), jnp.int32(3), 1.0, 0.0, 2, 32)  # (8-2)/sqrt(32)
+    Array(1.0606602, dtype=float32)
+  """
+  f32 = jnp.float32
+  return (2.0 * delta * dot.astype(f32) + 2.0 * v_l * jnp.asarray(popcount).astype(f32)
+          - delta * jnp.asarray(sum_q).astype(f32) - dim * v_l) / math.sqrt(dim)
 
 
 def _scores_from_dot(dot, popc, scale, add, scalars, dim):
   """The float estimator from the integer parts; dot (Q, N), popc/scale/add (N,)."""
   delta, v_l, sum_q, bias = (scalars[:, i:i + 1] for i in range(4))
-  x_dot_q = (2.0 * delta * dot.astype(jnp.float32) + 2.0 * v_l * popc[None, :].astype(
-      jnp.float32) - delta * sum_q - dim * v_l) / jnp.sqrt(jnp.float32(dim))
+  x_dot_q = binary_query_inner_product(dot, popc[None, :], delta, v_l, sum_q, dim)
   return scale[None, :] * x_dot_q + add[None, :] + bias
 
 
@@ -93,7 +144,7 @@ def rabitq_scores_reference(key_words, key_scale, key_add, q_planes, q_scalars, 
   """Plain-jnp version of `rabitq_scores` (same signature and outputs)."""
   _check(key_words, key_scale, key_add, q_planes, q_scalars)
   dim = 32 * key_words.shape[-1]
-  dot = jax.vmap(_bitplane_dot)(key_words, q_planes)
+  dot = jax.vmap(bitplane_dot)(key_words, q_planes)
   if raw:
     return dot
   popc = _popcount_sum(key_words, -1)
@@ -105,7 +156,7 @@ def rabitq_scores_reference(key_words, key_scale, key_add, q_planes, q_scalars, 
 def _kernel(words_ref, scale_ref, add_ref, planes_ref, scalars_ref, out_ref, *, raw, dim):
   words = words_ref[0]                       # (bn, W)
   planes = planes_ref[0]                     # (Q, 4, W)
-  dot = _bitplane_dot(words, planes)         # (Q, bn)
+  dot = bitplane_dot(words, planes)          # (Q, bn)
   if raw:
     out_ref[0] = dot
   else:

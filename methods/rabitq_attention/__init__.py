@@ -10,13 +10,28 @@ Public API:
   KeyCodes, QueryCode, key_bytes_per_token                      (quantization.py)
   integer_dot, binary_int4_dot, binary_query_product, estimate_unit,
   estimate_unit_float, estimate_scores, kernel_scores, error_bound, bound_rate (estimator.py)
-  top_p_select, top_p_mask, top_k_mask, attention_mass, Selection (selection.py)
+  top_p_select, top_p_mask, top_k_mask, attention_mass, decode_masks,
+  Selection                                                     (selection.py)
   RaBitQConfig, LayerState, init_cache, init_layer_state, with_top_p (cache.py)
   make_attention_fn, decode_step, dense_estimated_logits        (attention.py)
-  baselines.full_attention / oracle_top_k / oracle_top_p / quest (baselines.py)
+  query_at_cosine, synthetic_cache                              (synthetic.py)
+  estimator_trials, EstimatorTrials, error_stats, selection_metrics,
+  tokens_at_recall, attention_entropy, recording_attention_fn, record_queries,
+  teacher_forced_decode                                         (analysis.py)
+  baselines.full_attention / oracle_top_k / oracle_top_p / quest / quest_mask
+                                                                (baselines.py)
 """
 
 from methods.rabitq_attention import baselines
+from methods.rabitq_attention.analysis import attention_entropy
+from methods.rabitq_attention.analysis import error_stats
+from methods.rabitq_attention.analysis import estimator_trials
+from methods.rabitq_attention.analysis import EstimatorTrials
+from methods.rabitq_attention.analysis import record_queries
+from methods.rabitq_attention.analysis import recording_attention_fn
+from methods.rabitq_attention.analysis import selection_metrics
+from methods.rabitq_attention.analysis import teacher_forced_decode
+from methods.rabitq_attention.analysis import tokens_at_recall
 from methods.rabitq_attention.attention import decode_step
 from methods.rabitq_attention.attention import dense_estimated_logits
 from methods.rabitq_attention.attention import make_attention_fn
@@ -44,10 +59,13 @@ from methods.rabitq_attention.quantization import QueryCode
 from methods.rabitq_attention.quantization import random_rotation
 from methods.rabitq_attention.quantization import unpack_bits
 from methods.rabitq_attention.selection import attention_mass
+from methods.rabitq_attention.selection import decode_masks
 from methods.rabitq_attention.selection import Selection
 from methods.rabitq_attention.selection import top_k_mask
 from methods.rabitq_attention.selection import top_p_mask
 from methods.rabitq_attention.selection import top_p_select
+from methods.rabitq_attention.synthetic import query_at_cosine
+from methods.rabitq_attention.synthetic import synthetic_cache
 
 __all__ = [
     "baselines", "decode_step", "dense_estimated_logits", "make_attention_fn", "init_cache",
@@ -56,5 +74,8 @@ __all__ = [
     "estimate_unit", "estimate_unit_float", "integer_dot", "kernel_scores",
     "key_bytes_per_token", "KeyCodes", "pack_bits", "quantize_keys", "quantize_query",
     "QueryCode", "random_rotation", "unpack_bits", "attention_mass", "Selection",
-    "top_k_mask", "top_p_mask", "top_p_select",
+    "top_k_mask", "top_p_mask", "top_p_select", "decode_masks", "query_at_cosine",
+    "synthetic_cache", "attention_entropy", "error_stats", "estimator_trials",
+    "EstimatorTrials", "record_queries", "recording_attention_fn", "selection_metrics",
+    "teacher_forced_decode", "tokens_at_recall",
 ]

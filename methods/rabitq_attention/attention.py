@@ -43,7 +43,21 @@ from methods.rabitq_attention.cache import RaBitQConfig
 
 
 def make_attention_fn(rcfg: RaBitQConfig):
-  """The stateful attention_fn(q, k, v, *, q_positions, kv_length, layer, state)."""
+  """The stateful `Transformer` attention_fn of RaBitQ sparse decoding.
+
+  attention_fn(q, k, v, *, q_positions, kv_length, layer, state) -> (out, state):
+  exact attention and `prefill_update` for a call with T > 1 tokens; `decode_step`
+  (estimate, select top-p, sparse attention) and `maybe_quantize_chunk` for T = 1.
+
+  Args:
+    rcfg: the RaBitQ settings (static).
+
+  Returns:
+    The attention_fn; the cache must come from `init_cache(rcfg, ...)`.
+
+  Example:
+    >>> model = Transformer(lm_config, attention_fn=make_attention_fn(rcfg))
+  """
 
   def attention_fn(q, k, v, *, q_positions, kv_length, layer, state: LayerState):
     if q.shape[1] > 1:
@@ -58,7 +72,9 @@ def make_attention_fn(rcfg: RaBitQConfig):
 
 def rotated_query_code(rcfg: RaBitQConfig, state: LayerState, qh: jax.Array,
                        key: jax.Array) -> tuple[quantization.QueryCode, jax.Array]:
-  """The 4-bit code of P^T (q - c_q) and the bias <q, c_k> for queries qh (B, KV, G, D)."""
+  """The B_q-bit code of q' = P^T (q - c_q) and the bias <q, c_k> for queries
+  qh (B, KV, G, D); `key` draws the rounding noise. Returns (QueryCode (B, KV, G),
+  bias (B, KV, G))."""
   centred = quantization.pad_last(qh - state.query_center[:, :, None, :],
                                   state.rotation.shape[-1])
   q_rot = centred @ state.rotation[None]
@@ -70,7 +86,25 @@ def rotated_query_code(rcfg: RaBitQConfig, state: LayerState, qh: jax.Array,
 
 def decode_step(rcfg: RaBitQConfig, state: LayerState, q, k, v, position, kv_length,
                 layer: int):
-  """Estimate -> select -> sparse attend for one new token; returns (out, state)."""
+  """One decode step of RaBitQ sparse attention for the new token at `position`:
+
+      s_j = est<q, k_j> / sqrt(d) (quantised j),  q.k_j / sqrt(d) (sinks, tail);
+      M = top-p(softmax(s), p = state.top_p, forced = sinks + tail, <= max_budget);
+      out = sum_{j in M} softmax_M(q.k / sqrt(d))_j v_j.
+
+  Args:
+    rcfg: the RaBitQ settings.
+    state: the layer's `LayerState` (after prefill).
+    q: (B, 1, H, D) the query; k, v: (B, S, KV, D) the full-precision cache.
+    position: the query's position; kv_length: tokens in the cache.
+    layer: the layer index (folded into the rounding key).
+
+  Returns:
+    (out (B, 1, H, D), state with last_count / last_mass of this step).
+
+  Example:
+    >>> out, state = decode_step(rcfg, state, q, k, v, pos, pos + 1, 0)
+  """
   b, _, h, d = q.shape
   s, kv = k.shape[1], k.shape[2]
   g = h // kv
@@ -132,11 +166,26 @@ def dense_estimated_logits(q: jax.Array, k: jax.Array, key: jax.Array, *,
                            center_keys: bool = True, center_queries: bool = True,
                            query_center: jax.Array | None = None,
                            randomized: bool = True, query_bits: int = 4) -> DenseEstimate:
-  """RaBitQ estimated logits <q, k>/sqrt(d) of queries q (Q, D) against keys k (S, D),
-  for studying selection on a cache outside the decoding loop.
+  """RaBitQ estimated logits of queries q (Q, D) against keys k (S, D), for studying
+  selection on a cache outside the decoding loop:
 
-  c_k is the mean key, c_q (if center_queries) the given query_center or the mean of q.
-  Returns logits (Q, S).
+      s_ij = [<q_i, c_k> + ||k_j - c_k|| <x_bar_j, q_bar_i>/<o_bar_j, o_j>
+              + <c_q, k_j - c_k>] / sqrt(D).
+
+  Args:
+    q: (Q, D) queries; k: (S, D) keys.
+    key: PRNG key of the rotation and the rounding noise.
+    center_keys: c_k = mean key (else 0).
+    center_queries: c_q = `query_center`, or the mean of q when None (else 0).
+    query_center: optional (D,) c_q.
+    randomized: randomised (else nearest) query rounding.
+    query_bits: B_q.
+
+  Returns:
+    `DenseEstimate(logits (Q, S), codes)`.
+
+  Example:
+    >>> est = dense_estimated_logits(q, k, jax.random.PRNGKey(0)).logits
   """
   d = k.shape[-1]
   dp = quantization.padded_dim(d)

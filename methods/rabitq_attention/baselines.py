@@ -23,31 +23,86 @@ from methods.rabitq_attention import selection
 
 
 def exact_logits(q: jax.Array, k: jax.Array) -> jax.Array:
-  """q.k / sqrt(d): q (..., D), k (..., S, D) -> (..., S)."""
+  """Exact attention logits s_j = <q, k_j> / sqrt(D).
+
+  Args:
+    q: (..., D) queries; k: (..., S, D) keys.
+
+  Returns:
+    (..., S) float32.
+
+  Example:
+    >>> exact_logits(jnp.ones((4,)), jnp.ones((3, 4)))
+    Array([2., 2., 2.], dtype=float32)
+  """
   return jnp.einsum("...d,...sd->...s", q.astype(jnp.float32), k.astype(jnp.float32)) / (
       jnp.sqrt(jnp.float32(q.shape[-1])))
 
 
 def masked_attention(q, k, v, mask) -> jax.Array:
-  """softmax over the masked-in tokens of q.k/sqrt(d), times v: (..., D)."""
+  """Exact attention restricted to the tokens of `mask`:
+
+      out = sum_{j in M} softmax_M(s)_j v_j,   s_j = <q, k_j> / sqrt(D).
+
+  Args:
+    q: (..., D); k, v: (..., S, D); mask: (..., S) bool (at least one token).
+
+  Returns:
+    (..., D) float32.
+
+  Example:
+    >>> masked_attention(q, k, v, top_k_mask)            # attention over the top-k only
+  """
   logits = jnp.where(mask, exact_logits(q, k), -jnp.inf)
   return jnp.einsum("...s,...sd->...d", jax.nn.softmax(logits, axis=-1), v.astype(jnp.float32))
 
 
 def full_attention(q, k, v, valid) -> jax.Array:
+  """Exact attention over every valid token (`masked_attention` with M = valid).
+
+  Example:
+    >>> full_attention(q, k, v, jnp.ones(k.shape[-2], bool))
+  """
   return masked_attention(q, k, v, jnp.broadcast_to(valid, k.shape[:-1]))
 
 
 def oracle_top_k(q, k, valid, budget: int, forced=None) -> jax.Array:
+  """Mask of the forced tokens and the `budget` others of largest exact score q.k
+  (`selection.top_k_mask` on `exact_logits`).
+
+  Example:
+    >>> oracle_top_k(q, k, valid, 64, forced)             # (..., S) bool
+  """
   return selection.top_k_mask(exact_logits(q, k), valid, budget, forced)
 
 
 def oracle_top_p(q, k, valid, p: float, forced=None) -> jax.Array:
+  """Mask of the smallest set (forced first) whose exact attention mass reaches p
+  (`selection.top_p_mask` on `exact_logits`).
+
+  Example:
+    >>> oracle_top_p(q, k, valid, 0.9, forced)            # (..., S) bool
+  """
   return selection.top_p_mask(exact_logits(q, k), valid, p, forced)
 
 
 def quest_bounds(q: jax.Array, k: jax.Array, valid: jax.Array, chunk: int) -> jax.Array:
-  """Per-chunk upper bounds (..., S/chunk) of q.k from channel-wise min/max of keys."""
+  """Quest's per-chunk upper bounds of q.k from the channel-wise min m and max M of
+  the chunk's valid keys:
+
+      bound_c = sum_i max(q_i m_{c,i}, q_i M_{c,i})  >=  q.k_j  for every j in chunk c.
+
+  Args:
+    q: (..., D) queries; k: (..., S, D) keys, S a multiple of `chunk`.
+    valid: (..., S) or (S,) bool.
+    chunk: tokens per chunk.
+
+  Returns:
+    (..., S / chunk) bounds (-inf for chunks without a valid token).
+
+  Example:
+    >>> bounds = quest_bounds(q, k, valid, 16)
+  """
   s, d = k.shape[-2:]
   if s % chunk:
     raise ValueError(f"S={s} must be a multiple of the Quest chunk size {chunk}")
@@ -63,15 +118,52 @@ def quest_bounds(q: jax.Array, k: jax.Array, valid: jax.Array, chunk: int) -> ja
   return jnp.where(jnp.any(vc[..., 0], axis=-1), bound, -jnp.inf)
 
 
-def quest(q, k, valid, num_chunks: int, chunk: int, forced=None) -> jax.Array:
-  """Mask of the `num_chunks` chunks with the largest Quest bounds (plus forced)."""
-  bounds = quest_bounds(q, k, valid, chunk)
+def quest_mask(bounds: jax.Array, valid: jax.Array, num_chunks: int, chunk: int,
+               forced: jax.Array | None = None) -> jax.Array:
+  """Quest's selection from precomputed bounds: the `num_chunks` chunks of largest
+  bound, read in full (valid tokens only), plus the forced tokens.
+
+  Computing `quest_bounds` once and this mask for several budgets is what a budget
+  sweep does.
+
+  Args:
+    bounds: (..., C) `quest_bounds`.
+    valid: (..., C * chunk) or (C * chunk,) bool.
+    num_chunks: chunks read (clipped to [1, C]).
+    chunk: tokens per chunk.
+    forced: optional (..., C * chunk) bool tokens always kept.
+
+  Returns:
+    (..., C * chunk) bool.
+
+  Example:
+    >>> bounds = quest_bounds(q, k, valid, 16)
+    >>> masks = [quest_mask(bounds, valid, n, 16, forced) for n in (2, 8, 32)]
+  """
   n = max(1, min(int(num_chunks), bounds.shape[-1]))
   _, idx = jax.lax.top_k(bounds, n)
-  chunk_mask = jnp.zeros(bounds.shape, bool)
-  chunk_mask = selection.put_along(chunk_mask, idx, jnp.ones(idx.shape, bool))
-  valid = jnp.broadcast_to(valid, chunk_mask.shape[:-1] + (k.shape[-2],))
+  chunk_mask = selection.put_along(jnp.zeros(bounds.shape, bool), idx,
+                                   jnp.ones(idx.shape, bool))
+  valid = jnp.broadcast_to(valid, chunk_mask.shape[:-1] + (bounds.shape[-1] * chunk,))
   mask = jnp.repeat(chunk_mask, chunk, axis=-1) & valid
   if forced is not None:
     mask = mask | (jnp.broadcast_to(forced, mask.shape) & valid)
   return mask
+
+
+def quest(q, k, valid, num_chunks: int, chunk: int, forced=None) -> jax.Array:
+  """Quest (Tang et al., ICML 2024): the mask of the `num_chunks` chunks with the
+  largest `quest_bounds`, plus the forced tokens.
+
+  Args:
+    q: (..., D); k: (..., S, D); valid: (..., S) or (S,) bool.
+    num_chunks: chunks read; chunk: tokens per chunk (S a multiple of it).
+    forced: optional (..., S) bool.
+
+  Returns:
+    (..., S) bool.
+
+  Example:
+    >>> quest(q, k, valid, 8, 16, forced)                 # 8 chunks of 16 tokens
+  """
+  return quest_mask(quest_bounds(q, k, valid, chunk), valid, num_chunks, chunk, forced)

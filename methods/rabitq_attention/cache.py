@@ -45,6 +45,12 @@ class RaBitQConfig:
     use_kernels: Pallas kernels (True), jnp references (False) or None = kernels on
       GPU/TPU and references on CPU.
     interpret: run the Pallas kernels in interpret mode (CPU tests).
+    score_blocks, decode_blocks: the kernels' tile sizes.
+
+  Example:
+    >>> rcfg = RaBitQConfig(num_sink=4, recent_window=64, interval=32, max_budget=256)
+    >>> rcfg.forced_tokens                                   # 4 + 64 + 32 + 1
+    101
   """
   num_sink: int = 4
   recent_window: int = 64
@@ -80,9 +86,11 @@ class RaBitQConfig:
 
   @property
   def forced_tokens(self) -> int:
+    """The always-attended tokens: sinks plus the longest tail."""
     return self.num_sink + self.tail_len
 
   def kernels_enabled(self) -> bool:
+    """Whether decoding runs the Pallas kernels (else their jnp references)."""
     if self.use_kernels is None:
       return jax.default_backend() in ("gpu", "tpu")
     return bool(self.use_kernels)
@@ -118,12 +126,27 @@ class LayerState(NamedTuple):
   last_mass: jax.Array
 
   def codes(self) -> quantization.KeyCodes:
+    """The stored key codes as `KeyCodes` (leading axes (B, KV, S))."""
     return quantization.KeyCodes(self.words, self.norm, self.ip_correction, self.center_term)
 
 
 def init_layer_state(rcfg: RaBitQConfig, model_config: transformer.TransformerConfig,
                      batch_size: int, max_len: int, key: jax.Array) -> LayerState:
-  """An empty layer state; the rotation is drawn from `key`."""
+  """An empty layer state (nothing quantised yet, qlen = num_sink).
+
+  Args:
+    rcfg: the RaBitQ settings.
+    model_config: the model's `TransformerConfig` (heads, head width).
+    batch_size: B.
+    max_len: S, the cache length (>= max_budget and the forced tokens).
+    key: PRNG key of the per-head rotations P and of the rounding noise.
+
+  Returns:
+    A `LayerState`.
+
+  Example:
+    >>> st = init_layer_state(rcfg, lm_config, 1, 4096, jax.random.PRNGKey(0))
+  """
   kv, d, h = model_config.kv_heads, model_config.dim_per_head, model_config.num_heads
   dp = quantization.padded_dim(d)                          # code width
   if max_len < max(rcfg.max_budget, rcfg.forced_tokens):
@@ -147,7 +170,22 @@ def init_layer_state(rcfg: RaBitQConfig, model_config: transformer.TransformerCo
 
 def init_cache(rcfg: RaBitQConfig, model_config: transformer.TransformerConfig,
                batch_size: int, max_len: int, key: jax.Array) -> transformer.KVCache:
-  """A `KVCache` whose `state` holds one `LayerState` per layer (own rotations)."""
+  """A `KVCache` whose `state` holds one `LayerState` per layer (each with its own
+  rotations, from `jax.random.split(key, num_layers)`).
+
+  Args:
+    rcfg: the RaBitQ settings.
+    model_config: the model's `TransformerConfig`.
+    batch_size: B.
+    max_len: S, the cache length.
+    key: PRNG key.
+
+  Returns:
+    The cache, for a `Transformer` built with `make_attention_fn(rcfg)`.
+
+  Example:
+    >>> cache = init_cache(rcfg, lm_config, 2, 1024, jax.random.PRNGKey(0))
+  """
   cache = transformer.init_cache(model_config, batch_size, max_len)
   keys = jax.random.split(key, model_config.num_layers)
   state = tuple(init_layer_state(rcfg, model_config, batch_size, max_len, k) for k in keys)
@@ -155,13 +193,19 @@ def init_cache(rcfg: RaBitQConfig, model_config: transformer.TransformerConfig,
 
 
 def with_top_p(cache: transformer.KVCache, top_p: float) -> transformer.KVCache:
-  """The same cache with every layer's target mass set to top_p (no recompilation)."""
+  """The same cache with every layer's target mass set to top_p (a traced value, so a
+  jitted decoding function is not recompiled).
+
+  Example:
+    >>> logits = decode(with_top_p(cache, 0.95))
+  """
   p = jnp.asarray(top_p, jnp.float32)
   return cache._replace(state=tuple(s._replace(top_p=p) for s in cache.state))
 
 
 def quantize_block(state: LayerState, k_block: jax.Array) -> quantization.KeyCodes:
-  """Codes of keys k_block (B, N, KV, D) with the state's rotations and centres."""
+  """Codes of keys k_block (B, N, KV, D) with the state's rotations and centres
+  (`quantize_keys` per KV head); leading axes of the result (B, KV, N)."""
   kt = jnp.swapaxes(k_block, 1, 2)                        # (B, KV, N, D)
   return quantization.quantize_keys(kt, state.rotation, state.key_center, state.query_center)
 

@@ -32,13 +32,23 @@ QUERY_BITS = 4
 
 
 def padded_dim(dim: int) -> int:
-  """The code width: dim rounded up to a multiple of 32. Narrower heads are zero-padded
-  before the rotation, which leaves every inner product unchanged."""
+  """The code width D' = 32 ceil(dim / 32). Narrower heads are zero-padded before the
+  rotation, which leaves every inner product unchanged.
+
+  Example:
+    >>> padded_dim(16), padded_dim(64)
+    (32, 64)
+  """
   return -(-dim // WORD_BITS) * WORD_BITS
 
 
 def pad_last(x: jax.Array, width: int) -> jax.Array:
-  """Zero-pads the last axis of x to `width`."""
+  """Zero-pads the last axis of x to `width` (>= its size).
+
+  Example:
+    >>> pad_last(jnp.ones((2, 3)), 4).shape
+    (2, 4)
+  """
   extra = width - x.shape[-1]
   if extra < 0:
     raise ValueError(f"cannot pad a last axis of {x.shape[-1]} down to {width}")
@@ -46,15 +56,35 @@ def pad_last(x: jax.Array, width: int) -> jax.Array:
 
 
 def random_rotation(key: jax.Array, dim: int, dtype=jnp.float32) -> jax.Array:
-  """A Haar-random orthogonal (dim, dim) matrix: Q of the QR of a Gaussian matrix, with
-  columns sign-fixed by diag(R) so the distribution is exactly uniform."""
+  """A Haar-random orthogonal matrix P: with G = QR a Gaussian matrix's QR
+  decomposition, P = Q diag(sign(diag(R))) (the sign fix makes the law exactly
+  uniform on the orthogonal group).
+
+  Args:
+    key: PRNG key.
+    dim: the size D.
+    dtype: the result's dtype.
+
+  Returns:
+    (dim, dim) orthogonal P (P^T P = I).
+
+  Example:
+    >>> p = random_rotation(jax.random.PRNGKey(0), 64)
+    >>> y = o @ p                                        # rotated coordinates P^T o
+  """
   g = jax.random.normal(key, (dim, dim), jnp.float32)
   q, r = jnp.linalg.qr(g)
   return (q * jnp.sign(jnp.diagonal(r))[None, :]).astype(dtype)
 
 
 def pack_bits(bits: jax.Array) -> jax.Array:
-  """Packs booleans (..., D) into (..., D/32) uint32; bit i of word w is bits[32 w + i]."""
+  """Packs booleans (..., D) into (..., D/32) uint32 words:
+  word_w = sum_i bits[32 w + i] 2^i.
+
+  Example:
+    >>> pack_bits(jnp.zeros(64, bool).at[33].set(True))
+    Array([0, 2], dtype=uint32)
+  """
   d = bits.shape[-1]
   if d % WORD_BITS:
     raise ValueError(f"the last axis ({d}) must be a multiple of {WORD_BITS} to pack bits")
@@ -64,7 +94,12 @@ def pack_bits(bits: jax.Array) -> jax.Array:
 
 
 def unpack_bits(words: jax.Array, dim: int | None = None) -> jax.Array:
-  """Inverse of `pack_bits`: (..., W) uint32 -> (..., 32 W) bool (first `dim` kept)."""
+  """Inverse of `pack_bits`: (..., W) uint32 -> (..., 32 W) bool (the first `dim` kept).
+
+  Example:
+    >>> unpack_bits(jnp.array([5], jnp.uint32), 4)
+    Array([ True, False,  True, False], dtype=bool)
+  """
   shifts = jnp.arange(WORD_BITS, dtype=jnp.uint32)
   bits = ((words[..., None] >> shifts) & jnp.uint32(1)).astype(bool)
   bits = bits.reshape(words.shape[:-1] + (words.shape[-1] * WORD_BITS,))
@@ -87,7 +122,11 @@ class KeyCodes(NamedTuple):
 
 def quantize_keys(k: jax.Array, rotation: jax.Array, key_center: jax.Array | None = None,
                   query_center: jax.Array | None = None) -> KeyCodes:
-  """RaBitQ codes of keys k (..., N, D).
+  """RaBitQ codes of keys k (..., N, D):
+
+      o = (k - c_k) / ||k - c_k||,  x_b = [P^T o > 0],  <o_bar, o> = ||P^T o||_1 / sqrt(D'),
+
+  stored with ||k - c_k|| and <c_q, k - c_k>.
 
   Args:
     k: (..., N, D) keys.
@@ -95,6 +134,13 @@ def quantize_keys(k: jax.Array, rotation: jax.Array, key_center: jax.Array | Non
       leading axes (rotated coordinates: y = P^T o = o @ P, o zero-padded to D').
     key_center: (..., D) c_k, broadcast over N (None: no centring).
     query_center: (..., D) c_q for the stored <c_q, k - c_k> (None: zeros).
+
+  Returns:
+    `KeyCodes` with leading axes (..., N).
+
+  Example:
+    >>> p = random_rotation(jax.random.PRNGKey(0), 128)
+    >>> codes = quantize_keys(k, p, k.mean(0), q.mean(0))      # k (N, 128)
   """
   k = k.astype(jnp.float32)
   d = rotation.shape[-1]
@@ -136,10 +182,26 @@ class QueryCode(NamedTuple):
 
 def quantize_query(q_rot: jax.Array, key: jax.Array | None = None, *,
                    bits: int = QUERY_BITS, randomized: bool = True) -> QueryCode:
-  """Quantises rotated queries q' (..., D) to `bits`-bit unsigned integers.
+  """Quantises rotated queries q' (..., D) to `bits`-bit unsigned integers:
 
-  randomized=True: q_u = floor((q' - v_l)/Delta + u), u ~ U[0,1) from `key`
-  (unbiased: E[Delta q_u + v_l] = q'); randomized=False: round to nearest.
+      v_l = min_i q'_i,  Delta = (max_i q'_i - v_l) / (2^bits - 1),
+      q_u = floor((q' - v_l) / Delta + u),
+
+  with u ~ U[0, 1) (randomized=True, unbiased: E[Delta q_u + v_l] = q') or u = 1/2
+  (round to nearest).
+
+  Args:
+    q_rot: (..., D) rotated centred queries, D a multiple of 32.
+    key: PRNG key of u (required when randomized).
+    bits: B_q.
+    randomized: randomised (True) or nearest (False) rounding.
+
+  Returns:
+    `QueryCode` with leading axes (...).
+
+  Example:
+    >>> code = quantize_query(q @ p, jax.random.PRNGKey(1))
+    >>> code.delta * code.q_u + code.v_l                  # ~ q @ p
   """
   if randomized and key is None:
     raise ValueError("randomised query rounding needs a PRNG key")
@@ -157,5 +219,10 @@ def quantize_query(q_rot: jax.Array, key: jax.Array | None = None, *,
 
 def key_bytes_per_token(dim: int, scalar_bytes: int = 4, num_scalars: int = 3) -> int:
   """Bytes of one quantised key: D'/8 for the bits (D' = padded_dim(D)) plus the scalars
-  (||k - c_k||, <o_bar, o>, <c_q, k - c_k>)."""
+  (||k - c_k||, <o_bar, o>, <c_q, k - c_k>).
+
+  Example:
+    >>> key_bytes_per_token(128)                           # 16 + 3 * 4, vs 256 in bf16
+    28
+  """
   return padded_dim(dim) // 8 + scalar_bytes * num_scalars

@@ -37,6 +37,13 @@ def top_p_select(logits: jax.Array, valid: jax.Array, p: float | jax.Array, max_
                  forced: jax.Array | None = None) -> Selection:
   """Adaptive top-p over the last axis of logits (..., S) (already scaled by 1/sqrt(d)).
 
+  With a = softmax(logits) over the valid tokens and the candidates in decreasing
+  priority (forced first, then by logit), candidate (i) is kept iff
+
+      forced_(i)  or  sum_{l < i} a_(l) < p,
+
+  the smallest set reaching mass p, truncated to the `max_budget` candidates.
+
   Args:
     logits: (..., S) attention logits (estimated or exact).
     valid: (..., S) or (S,) bool, positions that exist (e.g. < kv_length).
@@ -47,6 +54,11 @@ def top_p_select(logits: jax.Array, valid: jax.Array, p: float | jax.Array, max_
   Returns:
     Selection with K candidates; the kept ones are the smallest set reaching mass p
     (forced first), truncated to K.
+
+  Example:
+    >>> sel = top_p_select(jnp.log(jnp.array([0.5, 0.3, 0.2])), jnp.ones(3, bool), 0.7, 3)
+    >>> sel.count                                          # 0.5 < 0.7, 0.8 >= 0.7
+    Array(2, dtype=int32)
   """
   s = logits.shape[-1]
   if not 1 <= max_budget <= s:
@@ -72,14 +84,44 @@ def top_p_select(logits: jax.Array, valid: jax.Array, p: float | jax.Array, max_
 
 def top_p_mask(logits: jax.Array, valid: jax.Array, p: float | jax.Array,
                forced: jax.Array | None = None) -> jax.Array:
-  """Dense (..., S) bool mask of the top-p set with no budget cap (analysis helper)."""
+  """Dense mask of the top-p set (`top_p_select` with max_budget = S, no cap).
+
+  Args:
+    logits: (..., S) attention logits.
+    valid: (..., S) or (S,) bool positions that exist.
+    p: target mass.
+    forced: optional (..., S) or (S,) bool positions always kept.
+
+  Returns:
+    (..., S) bool.
+
+  Example:
+    >>> top_p_mask(jnp.log(jnp.array([0.5, 0.3, 0.2])), jnp.ones(3, bool), 0.7)
+    Array([ True,  True, False], dtype=bool)
+  """
   sel = top_p_select(logits, valid, p, logits.shape[-1], forced)
   return _scatter_mask(sel, logits.shape)
 
 
 def top_k_mask(logits: jax.Array, valid: jax.Array, k: int,
                forced: jax.Array | None = None) -> jax.Array:
-  """Dense mask of the forced tokens plus the k highest-scoring others (fixed budget)."""
+  """Dense mask of the forced tokens plus the k highest-scoring others (fixed budget):
+
+      M = F  union  argtop_k {s_j : j valid, j not in F}.
+
+  Args:
+    logits: (..., S) scores.
+    valid: (..., S) or (S,) bool.
+    k: the budget of non-forced tokens (clipped to [1, S]).
+    forced: optional (..., S) or (S,) bool positions always kept.
+
+  Returns:
+    (..., S) bool.
+
+  Example:
+    >>> top_k_mask(jnp.array([0.1, 0.9, 0.5]), jnp.ones(3, bool), 1)
+    Array([False,  True, False], dtype=bool)
+  """
   valid = jnp.broadcast_to(valid, logits.shape)
   forced = jnp.zeros_like(valid) if forced is None else jnp.broadcast_to(forced, logits.shape)
   forced = forced & valid
@@ -92,7 +134,12 @@ def top_k_mask(logits: jax.Array, valid: jax.Array, k: int,
 
 
 def put_along(mask, idx, values):
-  """mask (..., S) with mask[..., idx] |= values (idx, values (..., K))."""
+  """mask (..., S) with mask[..., idx] |= values (idx, values (..., K)).
+
+  Example:
+    >>> put_along(jnp.zeros((1, 4), bool), jnp.array([[2, 0]]), jnp.array([[True, False]]))
+    Array([[False, False,  True, False]], dtype=bool)
+  """
   flat = mask.reshape(-1, mask.shape[-1])
   fi = idx.reshape(-1, idx.shape[-1])
   fv = values.reshape(-1, values.shape[-1])
@@ -105,7 +152,51 @@ def _scatter_mask(sel: Selection, shape) -> jax.Array:
 
 
 def attention_mass(exact_logits: jax.Array, valid: jax.Array, mask: jax.Array) -> jax.Array:
-  """Recall of the true attention mass: sum of softmax(exact_logits) over mask."""
+  """Recall of the true attention mass, sum_{j in M} softmax(s)_j over the valid tokens.
+
+  Args:
+    exact_logits: (..., S) exact logits s.
+    valid: (..., S) or (S,) bool.
+    mask: (..., S) bool selected tokens M.
+
+  Returns:
+    (...) the mass in [0, 1].
+
+  Example:
+    >>> attention_mass(jnp.zeros(4), jnp.ones(4, bool), jnp.array([1, 1, 0, 0], bool))
+    Array(0.5, dtype=float32)
+  """
   logits = jnp.where(jnp.broadcast_to(valid, exact_logits.shape), exact_logits, NEG_INF)
   probs = jax.nn.softmax(logits, axis=-1)
   return jnp.sum(jnp.where(mask, probs, 0.0), axis=-1)
+
+
+def decode_masks(positions: jax.Array, length: int, num_sink: int,
+                 recent_window: int) -> tuple[jax.Array, jax.Array]:
+  """The valid and the forced tokens of decode queries at `positions`.
+
+  For a query at position t over a cache of `length` tokens:
+
+      valid_j = j <= t,    forced_j = valid_j and (j < num_sink or j > t - recent_window),
+
+  the attention sinks and the recent window, which every selection method attends.
+
+  Args:
+    positions: (Q,) int query positions.
+    length: S, the cache length.
+    num_sink: the number of sink tokens.
+    recent_window: the number of most recent tokens (the query's own included).
+
+  Returns:
+    (valid (Q, S), forced (Q, S)) bool.
+
+  Example:
+    >>> valid, forced = decode_masks(jnp.array([5]), 8, 1, 2)
+    >>> forced
+    Array([[ True, False, False, False,  True,  True, False, False]], dtype=bool)
+  """
+  j = jnp.arange(length)[None, :]
+  pos = jnp.asarray(positions)[:, None]
+  valid = j <= pos
+  forced = valid & ((j < num_sink) | (j > pos - recent_window))
+  return valid, forced

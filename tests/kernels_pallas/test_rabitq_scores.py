@@ -48,8 +48,8 @@ def test_kernel_scores_match_reference_and_estimator():
   ref = rs.rabitq_scores_reference(*args)
   np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
   # Same numbers as the estimator written from the equation.
-  est = jax.vmap(lambda c, qc, b: jax.vmap(lambda qq, bb: ra.estimate_scores(c, qq, bb))(
-      qc, b))(codes, code, bias)
+  est = jax.jit(jax.vmap(lambda c, qc, b: jax.vmap(lambda qq, bb: ra.estimate_scores(c, qq, bb))(
+      qc, b)))(codes, code, bias)
   np.testing.assert_allclose(got, est, rtol=1e-4, atol=1e-3)
 
 
@@ -61,3 +61,19 @@ def test_kernel_rejects_bad_shapes():
     rs.rabitq_scores(*args, interpret=True)
   with pytest.raises(ValueError, match="key_words"):
     rs.rabitq_scores_reference(codes.words.astype(jnp.int32), *_args(codes, code, bias)[1:])
+
+
+def test_bitplane_dot_and_inner_product_are_the_estimator_arithmetic():
+  """The two reference pieces against brute force: Q queries against shared keys."""
+  keys = jax.random.split(jax.random.PRNGKey(2), 2)
+  bits = jax.random.bernoulli(keys[0], 0.5, (20, 64))
+  q_u = jax.random.randint(keys[1], (3, 64), 0, 16)
+  planes = jnp.stack([ra.pack_bits(((q_u >> j) & 1).astype(bool)) for j in range(4)], -2)
+  dot = rs.bitplane_dot(ra.pack_bits(bits), planes)                 # (3, 20)
+  np.testing.assert_array_equal(dot, np.asarray(q_u) @ np.asarray(bits, np.int64).T)
+  delta, v_l = jnp.array([[0.3], [0.1], [1.0]]), jnp.array([[-1.0], [0.5], [0.0]])
+  popc = jnp.sum(bits, -1)
+  got = rs.binary_query_inner_product(dot, popc, delta, v_l, jnp.sum(q_u, -1)[:, None], 64)
+  x_bar = (2.0 * bits - 1.0) / 8.0                                  # (2 x_b - 1) / sqrt(D)
+  want = (delta * q_u + v_l) @ x_bar.T                              # <x_bar, q_bar>
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

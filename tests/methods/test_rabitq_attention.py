@@ -1,5 +1,7 @@
 """RaBitQ attention: packing, the bit-plane product, the estimator's unbiasedness and
-bound (statistical), top-p selection, and sparse decoding inside the Transformer."""
+bound (statistical), top-p selection and its baselines, the synthetic caches, the
+analysis helpers (masks, recall curves, recorded queries, teacher-forced decoding), and
+sparse decoding inside the Transformer."""
 
 import math
 
@@ -8,7 +10,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from common.models import sampling
 from common.models import transformer
 from methods import rabitq_attention as ra
 from methods.rabitq_attention import baselines
@@ -72,36 +73,31 @@ def test_narrow_heads_are_zero_padded_to_32_bits():
   assert ra.key_bytes_per_token(16) == 4 + 12
 
 
-def _pair(d, cos, seed):
+def _pairs(n, d, cos, seed):
+  """n unit pairs (o, q) in dimension d with <o, q> = cos."""
   ko, ke = jax.random.split(jax.random.PRNGKey(seed))
-  o = jax.random.normal(ko, (d,))
-  o = o / jnp.linalg.norm(o)
-  e = jax.random.normal(ke, (d,))
-  e = e - jnp.dot(e, o) * o
-  q = cos * o + math.sqrt(1 - cos ** 2) * e / jnp.linalg.norm(e)
-  return o, q
+  o = jax.random.normal(ko, (n, d))
+  o = o / jnp.linalg.norm(o, axis=-1, keepdims=True)
+  return o, ra.query_at_cosine(o, jax.random.normal(ke, (n, d)), jnp.full((n, 1), cos))
 
 
-def _estimates(o, q, key, n, randomized):
-  d = o.shape[0]
-
-  def one(k):
-    kr, kq = jax.random.split(k)
-    p = ra.random_rotation(kr, d)
-    codes = ra.quantize_keys(o[None], p)
-    est = ra.estimate_unit(codes, ra.quantize_query(q @ p, kq, randomized=randomized))[0]
-    flt = ra.estimate_unit_float(codes, q @ p)[0]
-    return est, flt, ra.error_bound(codes.ip_correction[0], d)
-
-  return jax.jit(jax.vmap(one))(jax.random.split(key, n))
+def test_query_at_cosine_gives_unit_queries_at_the_cosine():
+  keys = jax.random.split(jax.random.PRNGKey(9), 3)
+  o = jax.random.normal(keys[0], (50, 64))
+  o = o / jnp.linalg.norm(o, axis=-1, keepdims=True)
+  cos = jax.random.uniform(keys[2], (50, 1), minval=-0.9, maxval=0.9)
+  q = ra.query_at_cosine(o, jax.random.normal(keys[1], (50, 64)), cos)
+  np.testing.assert_allclose(jnp.linalg.norm(q, axis=-1), 1.0, rtol=1e-5)
+  np.testing.assert_allclose(jnp.sum(o * q, -1), cos[:, 0], atol=1e-5)
 
 
 def test_estimator_is_unbiased_under_randomized_rounding():
-  """Mean over 3000 rotations x roundings is within 4 standard errors of <o, q>."""
-  for seed, (d, cos) in enumerate([(32, 0.6), (64, -0.3)]):
-    o, q = _pair(d, cos, seed)
-    est, _, _ = _estimates(o, q, jax.random.PRNGKey(10 + seed), 3000, True)
-    err = np.asarray(est) - cos
+  """For one pair, the mean over many rotations x roundings is within 4 standard
+  errors of <o, q>."""
+  for seed, (d, cos, draws) in enumerate([(32, 0.6, 1500), (64, -0.3, 600)]):
+    o, q = _pairs(1, d, cos, seed)
+    est = np.asarray(ra.estimator_trials(o, q, jax.random.PRNGKey(10 + seed), draws).randomized)
+    err = est[:, 0] - cos
     se = err.std(ddof=1) / math.sqrt(err.size)
     assert abs(err.mean()) < 4 * se, (d, err.mean(), se)
     assert se < 0.01             # the test has power: a bias of 0.04 would be caught
@@ -109,20 +105,30 @@ def test_estimator_is_unbiased_under_randomized_rounding():
 
 def test_error_bound_holds_at_the_stated_rate_and_shrinks_with_d():
   """|error| <= bound(eps0 = 1.9) for at least P(|N(0,1)| <= 1.9) = 0.943 of the draws
-  (less 3 binomial standard errors), and the RMS error falls like 1/sqrt(d)."""
+  (less 3 binomial standard errors; 24 pairs x 40 rotations, nearly independent), and
+  the RMS error falls like 1/sqrt(d): sqrt(63 / 31) = 1.43 from d = 32 to 64."""
   rate = ra.bound_rate()
   assert abs(rate - 0.9426) < 1e-3
-  rms = {}
-  n = 600
-  for d in (32, 128):
-    o, q = _pair(d, 0.2, d)
-    _, flt, bound = _estimates(o, q, jax.random.PRNGKey(d), n, True)
-    err = np.abs(np.asarray(flt) - 0.2)
-    inside = float(np.mean(err <= np.asarray(bound)))
-    assert inside >= rate - 3 * math.sqrt(rate * (1 - rate) / n), (d, inside)
-    rms[d] = float(np.sqrt(np.mean(err ** 2)))
-  ratio = rms[32] / rms[128]               # 1/sqrt(d) scaling predicts 2
-  assert 1.6 < ratio < 2.5, ratio
+  rms, n = {}, 24 * 40
+  for d in (32, 64):
+    o, q = _pairs(24, d, 0.2, d)
+    trials = ra.estimator_trials(o, q, jax.random.PRNGKey(d), 40)
+    stats = ra.error_stats(trials.float, jnp.full((24,), 0.2), trials.bound)
+    assert stats["inside_bound"] >= rate - 3 * math.sqrt(rate * (1 - rate) / n), (d, stats)
+    rms[d] = stats["rmse"]
+  ratio = rms[32] / rms[64]
+  assert 1.25 < ratio < 1.65, ratio
+
+
+def test_error_stats_against_hand_computed_values():
+  est = jnp.array([[1.1, 2.0], [0.9, 2.2], [1.0, 2.4]])
+  stats = ra.error_stats(est, jnp.array([1.0, 2.0]), jnp.full((3, 2), 0.15))
+  np.testing.assert_allclose(stats["rmse"], math.sqrt((0.01 + 0.01 + 0.04 + 0.16) / 6),
+                             rtol=1e-5)
+  assert stats["inside_bound"] == pytest.approx(4 / 6)
+  np.testing.assert_allclose(stats["mean_abs_bias"], 0.1, rtol=1e-4)   # biases 0 and 0.2
+  # The t-statistic of pair 2: mean 0.2, sd 0.2, se 0.2/sqrt(3); pair 1's is 0.
+  np.testing.assert_allclose(stats["bias_t_rms"], math.sqrt(3 / 2), rtol=1e-4)
 
 
 def test_top_p_selection_reaches_mass_p_on_its_scores():
@@ -164,6 +170,20 @@ def test_baselines_select_what_they_promise():
   scores = jnp.einsum("bd,bsd->bs", q, k).reshape(3, 4, 16)
   assert np.all(np.asarray(scores.max(-1)) <= np.asarray(bounds) + 1e-4)
   assert np.all(np.sum(baselines.quest(q, k, valid, 2, 16), -1) == 32)
+  # quest_mask on precomputed bounds is quest; with forced tokens and a partial cache.
+  valid = jnp.arange(64) < 50
+  forced = jnp.broadcast_to(jnp.arange(64) >= 45, (3, 64))
+  bounds = baselines.quest_bounds(q, k, valid, 16)
+  for n in (1, 2, 4):
+    mask = baselines.quest_mask(bounds, valid, n, 16, forced)
+    np.testing.assert_array_equal(mask, baselines.quest(q, k, valid, n, 16, forced))
+    chunks = np.argsort(-np.asarray(bounds), axis=-1)[:, :n]
+    want = np.zeros((3, 64), bool)
+    for row in range(3):
+      for c in chunks[row]:
+        want[row, 16 * c:16 * (c + 1)] = True
+    want = (want | np.asarray(forced)) & np.asarray(valid)
+    np.testing.assert_array_equal(mask, want)
 
 
 @pytest.fixture(scope="module")
@@ -172,19 +192,6 @@ def small_lm():
                                  num_kv_heads=2, d_ff=64, max_seq_len=128)
   model = transformer.Transformer(cfg)
   return model, transformer.init_params(model, jax.random.PRNGKey(0))
-
-
-def test_sparse_decoding_with_every_token_selected_equals_full_attention(small_lm):
-  model, params = small_lm
-  rcfg = ra.RaBitQConfig(num_sink=2, recent_window=4, interval=4, max_budget=64, top_p=1.0)
-  sparse = transformer.Transformer(model.config, attention_fn=ra.make_attention_fn(rcfg))
-  prompt = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, 64)
-  cache = ra.init_cache(rcfg, model.config, 2, 64, jax.random.PRNGKey(2))
-  got = sampling.generate(sparse, params, prompt, jax.random.PRNGKey(3), max_new_tokens=30,
-                          temperature=0.0, cache=cache)
-  want = sampling.generate(model, params, prompt, jax.random.PRNGKey(3), max_new_tokens=30,
-                           temperature=0.0)
-  np.testing.assert_array_equal(got, want)
 
 
 def test_chunked_quantisation_and_kernels_inside_the_model(small_lm):
@@ -201,7 +208,7 @@ def test_chunked_quantisation_and_kernels_inside_the_model(small_lm):
     sparse = transformer.Transformer(cfg, attention_fn=ra.make_attention_fn(rcfg))
     cache = ra.init_cache(rcfg, cfg, 1, 64, jax.random.PRNGKey(5))
     step = jax.jit(lambda p, t, c: sparse.apply({"params": p}, t, c))
-    logits, cache = sparse.apply({"params": params}, tokens[:, :16], cache)
+    logits, cache = step(params, tokens[:, :16], cache)          # prefill (T = 16)
     assert int(cache.state[0].qlen) == 12            # 16 - recent_window
     got = [logits[:, -1]]
     for i in range(16, 30):
@@ -227,3 +234,92 @@ def test_config_errors_name_the_value():
     ra.RaBitQConfig(num_sink=4, recent_window=8, interval=4, max_budget=10)
   with pytest.raises(ValueError, match="top_p"):
     ra.RaBitQConfig(top_p=0.0)
+
+
+def test_synthetic_cache_has_key_mean_outliers_and_peaked_and_flat_queries():
+  q, k, v = ra.synthetic_cache(jax.random.PRNGKey(11), 1024, 128, 4, 2)
+  assert q.shape == (4, 128) and k.shape == v.shape == (1024, 128)
+  mean, std = np.asarray(jnp.mean(k, 0)), np.std(np.asarray(k), 0)
+  np.testing.assert_allclose(np.abs(mean[:2]), 12.0, atol=0.5)    # outlier channels
+  np.testing.assert_allclose(std[:2], 3.0, rtol=0.15)
+  np.testing.assert_allclose(std[2:], 1.0, rtol=0.15)
+  # Peaked queries reach 90% of the attention mass with far fewer tokens than flat ones.
+  logits = baselines.exact_logits(q, k)
+  counts = np.asarray(np.sum(ra.top_p_mask(logits, jnp.ones((1024,), bool), 0.9), -1))
+  assert counts[:2].max() * 10 < counts[2:].min(), counts
+
+
+def test_decode_masks_against_brute_force():
+  positions = np.array([0, 5, 9])
+  valid, forced = ra.decode_masks(jnp.asarray(positions), 10, 2, 3)
+  for row, t in enumerate(positions):
+    for j in range(10):
+      assert bool(valid[row, j]) == (j <= t)
+      assert bool(forced[row, j]) == (j <= t and (j < 2 or t - 3 < j))
+
+
+def test_tokens_at_recall_interpolates_in_log_tokens():
+  assert ra.tokens_at_recall([10, 100], [0.5, 0.9], 0.7) == pytest.approx(math.sqrt(1000))
+  assert ra.tokens_at_recall([100, 10], [0.9, 0.5], 0.9) == pytest.approx(100)   # unsorted
+  assert ra.tokens_at_recall([10, 100], [0.95, 0.9], 0.9) == 10      # first point reaches it
+  # Recall is made monotone: a dip at the larger budget does not hide the smaller one.
+  assert ra.tokens_at_recall([10, 100, 1000], [0.5, 0.95, 0.9], 0.9) < 100
+  assert math.isnan(ra.tokens_at_recall([10, 100], [0.5, 0.8], 0.9))
+
+
+def test_attention_entropy_matches_closed_forms():
+  valid = jnp.arange(8) < 4
+  np.testing.assert_allclose(ra.attention_entropy(jnp.zeros(8), valid), math.log(4),
+                             rtol=1e-6)
+  assert float(ra.attention_entropy(jnp.array([0.0, -1e4, 0.0]), jnp.ones(3, bool))) == (
+      pytest.approx(math.log(2)))
+
+
+def test_selection_metrics_of_the_full_and_an_empty_selection():
+  keys = jax.random.split(jax.random.PRNGKey(12), 3)
+  q = jax.random.normal(keys[0], (2, 32))
+  k, v = jax.random.normal(keys[1], (40, 32)), jax.random.normal(keys[2], (40, 32))
+  valid = jnp.ones((2, 40), bool)
+  logits = baselines.exact_logits(q, k)
+  full = baselines.masked_attention(q[:, None], k[None], v[None], valid[:, None])[:, 0]
+  metrics = jax.jit(ra.selection_metrics)
+  tokens, recall, err = metrics(q, k, v, logits, valid, full, valid)
+  np.testing.assert_array_equal(tokens, [40, 40])
+  np.testing.assert_allclose(recall, 1.0, rtol=1e-6)
+  np.testing.assert_allclose(err, 0.0, atol=1e-6)
+  top = ra.top_k_mask(logits, valid, 5)
+  _, recall5, err5 = metrics(q, k, v, logits, valid, full, top)
+  np.testing.assert_allclose(recall5, ra.attention_mass(logits, valid, top), rtol=1e-6)
+  assert np.all(np.asarray(err5) > 0)
+
+
+def test_record_queries_in_chunks_matches_one_prefill(small_lm):
+  model, params = small_lm
+  tokens = jax.random.randint(jax.random.PRNGKey(13), (1, 32), 0, 64)
+  chunked = ra.record_queries(model, params, tokens, chunk=8)
+  whole = ra.record_queries(model, params, tokens, chunk=32)
+  _, cache = jax.jit(lambda t, c: model.apply({"params": params}, t, c))(
+      tokens, transformer.init_cache(model.config, 1, 32))
+  for layer, ((qc, kc, vc), (qw, kw, vw)) in enumerate(zip(chunked, whole)):
+    assert qc.shape == (1, 32, 4, model.config.dim_per_head)
+    assert bool(jnp.all(jnp.any(qc != 0, axis=-1)))            # every position recorded
+    np.testing.assert_allclose(qc, qw, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(kc, cache.k[layer], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(vw, cache.v[layer], rtol=1e-5, atol=1e-5)
+
+
+def test_teacher_forced_decode_equals_the_forward_pass(small_lm):
+  """Through a plain cache and through a RaBitQ cache that keeps every token."""
+  model, params = small_lm
+  tokens = jax.random.randint(jax.random.PRNGKey(14), (2, 24), 0, 64)
+  want = jax.jit(lambda t: model.apply({"params": params}, t))(tokens[:, :-1])[:, 7:]
+  decode = lambda m, cache: jax.jit(lambda c: ra.teacher_forced_decode(m, params, tokens, 8,
+                                                                        c))(cache)
+  got, count = decode(model, transformer.init_cache(model.config, 2, 24))
+  assert got.shape == want.shape and float(count) == 0.0
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  rcfg = ra.RaBitQConfig(num_sink=1, recent_window=2, interval=2, max_budget=24, top_p=1.0)
+  sparse = transformer.Transformer(model.config, attention_fn=ra.make_attention_fn(rcfg))
+  got, count = decode(sparse, ra.init_cache(rcfg, model.config, 2, 24, jax.random.PRNGKey(15)))
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(count, np.mean(np.arange(8, 23) + 1))  # every earlier token
