@@ -317,10 +317,15 @@ def _norm(config: TransformerConfig, name: str) -> nn.Module:
   return nn.LayerNorm(epsilon=config.norm_eps, dtype=config.compute_dtype, name=name)
 
 
-class Attention(nn.Module):
+class _LayerModule(nn.Module):
+  """Fields shared by a decoder layer and its attention: the config, the layer index
+  (passed to `attention_fn`) and the attention function."""
   config: TransformerConfig
   layer: int
   attention_fn: Callable = dot_product_attention
+
+
+class Attention(_LayerModule):
 
   @nn.compact
   def __call__(self, x, positions, cache_kv, kv_length, state=None):
@@ -367,10 +372,7 @@ class FeedForward(nn.Module):
     return _linear(c.d_model, c.mlp_bias, c, "down_proj")(hidden)
 
 
-class Block(nn.Module):
-  config: TransformerConfig
-  layer: int
-  attention_fn: Callable = dot_product_attention
+class Block(_LayerModule):
 
   @nn.compact
   def __call__(self, x, positions, cache_kv, kv_length, state=None):
