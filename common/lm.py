@@ -60,8 +60,8 @@ BASE = dict(
     grad_clip=1.0,
     validation_fraction=0.1,
     # The common loop's settings (`common.train.default_train_config()`).
-    train=dict(train_lib.default_train_config().to_dict(), num_steps=700, batch_size=32,
-               checkpoint_every=200, log_every=25, seed=0),
+    train=train_lib.default_train_config(num_steps=700, batch_size=32, checkpoint_every=200,
+                                         log_every=25, seed=0),
 )
 
 PRESETS = {

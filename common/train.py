@@ -120,8 +120,11 @@ class NonFiniteError(FloatingPointError):
                      "checkpointing it (earlier checkpoints are intact)")
 
 
-def default_train_config() -> ml_collections.ConfigDict:
+def default_train_config(**overrides: Any) -> ml_collections.ConfigDict:
   """Returns the loop's settings with defaults (locked: a misspelt key fails).
+
+  Experiment configs embed it as their `train` sub-config, with their own values:
+  `train=default_train_config(num_steps=1500, batch_size=32)`.
 
   Keys:
     num_steps: total number of updates (>= 1); a resumed run continues to it.
@@ -140,6 +143,9 @@ def default_train_config() -> ml_collections.ConfigDict:
     mesh_shape: mesh axis sizes for `make_mesh` (-1 = all devices left), used
       when `train` gets no mesh.
 
+  Args:
+    **overrides: values for any of the keys above (an unknown key fails).
+
   Returns:
     A locked `ml_collections.ConfigDict`.
   """
@@ -155,6 +161,7 @@ def default_train_config() -> ml_collections.ConfigDict:
   config.nan_guard = True
   config.mesh_shape = (-1,)
   config.lock()
+  config.update(overrides)
   return config
 
 

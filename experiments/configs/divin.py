@@ -36,11 +36,6 @@ from common import train as train_lib
 from methods.divin import langevin
 
 
-def _train(**overrides):
-  config = train_lib.default_train_config()
-  config.update(overrides)
-  return config
-
 
 BASE = dict(
     method="divin",
@@ -57,16 +52,18 @@ BASE = dict(
         divin_taus=(0.05, 0.2), divin_steps=30, rollout_steps=8,
         cads_noise_scales=(0.25, 0.5), pg_alphas=(5.0, 20.0),
         vendi_lengthscale=1.0, mode_radius=3.0, precision_tolerance=0.02,
-        train=_train(num_steps=3000, batch_size=256, seed=0, checkpoint_every=1500,
-                     log_every=250, progress_bar=False, nan_guard=False)),
+        train=train_lib.default_train_config(
+            num_steps=3000, batch_size=256, seed=0, checkpoint_every=1500, log_every=250,
+            progress_bar=False, nan_guard=False)),
     image=dict(
         enabled=False, channels=32, blocks=2, learning_rate=2e-3,
         sample_steps=16, samples_per_class=32, ws=(1.0, 3.0, 7.0),
         divin_taus=(0.05,), divin_steps=10, rollout_steps=2,
         cads_noise_scales=(0.5,), pg_alphas=(10.0,),
         vendi_lengthscale=2.0, nn_k=5,
-        train=_train(num_steps=1500, batch_size=64, seed=1, checkpoint_every=750,
-                     log_every=250, progress_bar=False, nan_guard=False)),
+        train=train_lib.default_train_config(
+            num_steps=1500, batch_size=64, seed=1, checkpoint_every=750, log_every=250,
+            progress_bar=False, nan_guard=False)),
 )
 
 PRESETS = {

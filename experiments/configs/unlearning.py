@@ -44,11 +44,6 @@ METHODS = ("hessian", "hessian_diag", "hessian_cg", "hessian_lissa", "gradient",
 HYBRID_REST = ("diag", "gradient")
 
 
-def _train(**overrides):
-  config = train_lib.default_train_config()
-  config.update(overrides)
-  return config
-
 
 BASE = dict(
     method="unlearning",
@@ -64,8 +59,8 @@ BASE = dict(
                  hybrid_full_tasks=2, hybrid_rest="diag"),
     newton=dict(tol=1e-9, max_iters=50),
     mlp=dict(hidden=(32,), lr=1e-2),
-    train=_train(num_steps=400, checkpoint_every=0, log_every=400, progress_bar=False,
-                 nan_guard=False),
+    train=train_lib.default_train_config(num_steps=400, checkpoint_every=0, log_every=400,
+                                         progress_bar=False, nan_guard=False),
 )
 
 PRESETS = {
