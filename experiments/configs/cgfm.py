@@ -34,11 +34,6 @@ from common import train as train_lib
 from methods.cgfm import coarsening
 
 
-def _train(**overrides):
-  config = train_lib.default_train_config()
-  config.update(overrides)
-  return config
-
 
 BASE = dict(
     method="cgfm",
@@ -54,8 +49,8 @@ BASE = dict(
     model=dict(coarsening_ratios=(0.3, 0.3), naive_coarsening=("random", "voxel"),
                latent=32, blocks_per_level=1, mlp_layers=1),
     learning_rate=1e-3,
-    train=_train(num_steps=1500, batch_size=8, checkpoint_every=375, log_every=150,
-                 progress_bar=False, seed=0),
+    train=train_lib.default_train_config(num_steps=1500, batch_size=8, checkpoint_every=375,
+                                         log_every=150, progress_bar=False, seed=0),
     # Evaluation: samples per condition and Euler steps of the sampler.
     eval=dict(num_samples=128, ode_steps=16),
 )

@@ -31,11 +31,6 @@ from common import lm as lm_lib
 from common import train as train_lib
 
 
-def _train(**overrides):
-  config = train_lib.default_train_config()
-  config.update(overrides)
-  return config
-
 
 BASE = dict(
     method="susceptibility",
@@ -48,8 +43,8 @@ BASE = dict(
     # 2. Synthetic mechanisms: the stream, the attention-only model and its training.
     data=dict(seq_len=64, p_pair=0.12),
     model=dict(d_model=64, num_layers=2, num_heads=4, learning_rate=1e-2),
-    train=_train(num_steps=1500, batch_size=32, checkpoint_every=0, log_every=150,
-                 progress_bar=False),
+    train=train_lib.default_train_config(num_steps=1500, batch_size=32, checkpoint_every=0,
+                                         log_every=150, progress_bar=False),
     # Its susceptibilities: SGLD pool and settings, the probe, the baselines, the bar.
     synthetic=dict(pool_size=512, probe_seqs=24, per_mechanism=60, grad_dim=64,
                    ari_margin=0.15,
