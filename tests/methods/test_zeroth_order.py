@@ -12,7 +12,7 @@ import pytest
 
 import methods.zeroth_order as zo
 from common import train as train_lib
-from common.models import apply_with_taps, transformer
+from common.models import apply_with_taps
 from common.models import taps as taps_lib
 from methods.zeroth_order import recipes
 from methods.zeroth_order import task as task_lib
@@ -87,8 +87,8 @@ def test_power_iteration_recovers_a_planted_low_rank_basis():
   v, _ = np.linalg.qr(rng.normal(size=(d, k)))
   u = rng.normal(size=(n, k)) * np.array([10.0, 8.0, 6.0, 5.0, 4.0])
   h = u @ v.T + 1e-2 * rng.normal(size=(n, d))
-  a = np.asarray(zo.power_iteration_basis(jnp.asarray(h, jnp.float32), k,
-                                          jax.random.PRNGKey(0), num_iters=3))
+  basis = jax.jit(zo.power_iteration_basis, static_argnums=1, static_argnames="num_iters")
+  a = np.asarray(basis(jnp.asarray(h, jnp.float32), k, jax.random.PRNGKey(0), num_iters=3))
   np.testing.assert_allclose(a.T @ a, np.eye(k), atol=1e-5)
   assert np.linalg.norm(a @ a.T - v @ v.T, 2) < 1e-2
   # A random basis of the same size is far from the planted one.
@@ -110,8 +110,13 @@ def test_agzo_perturbation_lies_in_the_activation_row_space(rank):
   h = jnp.asarray(rng.normal(size=(40, 5)) @ rng.normal(size=(5, 16)), jnp.float32)  # rank 5
   params = {"lin": {"kernel": jnp.zeros((16, 7)), "bias": jnp.zeros((7,))}}
   taps = {"lin": {"input": h}}
-  bases = zo.activation_bases(params, taps, jax.random.PRNGKey(0), rank=rank)
-  delta = zo.agzo_direction(params, bases, jax.random.PRNGKey(1))
+
+  @jax.jit  # One compilation for the bases and the direction.
+  def run(p, t):
+    bases = zo.activation_bases(p, t, jax.random.PRNGKey(0), rank=rank)
+    return bases, zo.agzo_direction(p, bases, jax.random.PRNGKey(1))
+
+  bases, delta = run(params, taps)
   resid, dim = _row_space_residual(h, delta["lin"]["kernel"])
   assert dim == 5 and resid < 1e-5, resid
   assert np.linalg.matrix_rank(np.asarray(delta["lin"]["kernel"]), tol=1e-4) == min(rank, 5)
@@ -119,12 +124,11 @@ def test_agzo_perturbation_lies_in_the_activation_row_space(rank):
   assert zo.subspace_dimension(params, bases) == min(rank, 5) * 7 + 7
 
 
-def test_agzo_on_the_transformer_perturbs_every_linear_layer_inside_its_taps():
-  config = transformer.llama_config(vocab_size=64, d_model=32, num_layers=1, num_heads=2,
-                                    num_kv_heads=1, d_ff=64, max_seq_len=16)
-  model = transformer.Transformer(config)
-  params = transformer.init_params(model, jax.random.PRNGKey(0))
-  tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 8), 0, 64)  # 16 token rows < d_in
+def test_agzo_on_the_transformer_perturbs_every_linear_layer_inside_its_taps(tiny_lm):
+  # The session's trained tiny LM (d_model 32, d_ff 64): no second model to initialise.
+  model, params = tiny_lm.model, tiny_lm.params
+  rng = np.random.default_rng(1)  # 16 token rows < d_in
+  tokens = jnp.asarray(rng.integers(0, model.config.vocab_size, (2, 8)), jnp.int32)
 
   def loss_and_taps(p, batch):
     logits, state = model.apply({"params": p}, batch, mutable=["taps"])
@@ -230,25 +234,30 @@ def _low_rank_regression(d_in=12, rank=2, batch=32):
 
 def test_agzo_on_a_plain_flax_mlp_reads_every_dense_input_and_trains_in_the_loop(tmp_path):
   model, batch_fn = _PlainMLP(), _low_rank_regression()
-  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 12)))["params"]
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.zeros((1, 12)))["params"]
 
   def loss_and_taps(p, batch):
     out, tapped = apply_with_taps(model, {"params": p}, batch["x"])
     return jnp.mean((out - batch["y"]) ** 2), tapped
 
   batch = jax.tree.map(jnp.asarray, batch_fn(0, 0))
-  _, tapped = loss_and_taps(params, batch)
-  bases = zo.activation_bases(params, tapped, jax.random.PRNGKey(1), rank=2)
+
+  @jax.jit  # One compilation for the taps, bases, direction and estimate.
+  def inspect(p, b):
+    tapped = loss_and_taps(p, b)[1]
+    bases = zo.activation_bases(p, tapped, jax.random.PRNGKey(1), rank=2)
+    est = zo.agzo_gradient(loss_and_taps, p, b, jax.random.PRNGKey(4), 0, rank=2)
+    return tapped, bases, zo.agzo_direction(p, bases, jax.random.PRNGKey(2)), est
+
+  tapped, bases, delta, est = inspect(params, batch)
   assert set(bases) == {("Dense_0",), ("Dense_1",)}
-  delta = zo.agzo_direction(params, bases, jax.random.PRNGKey(2))
   for name in ("Dense_0", "Dense_1"):
     resid, _ = _row_space_residual(tapped[name]["input"], delta[name]["kernel"])
     assert resid < 1e-4, (name, resid)
   # Dense_0 sees rank-2 inputs in 12 dimensions: its perturbation has rank 2.
   assert np.linalg.matrix_rank(np.asarray(delta["Dense_0"]["kernel"]), tol=1e-4) == 2
   # The estimator counts the unperturbed pass (one-sided: 2 forward passes).
-  est = zo.agzo_gradient(loss_and_taps, params, batch, jax.random.PRNGKey(4), 0, rank=2)
-  assert est.num_forward == 2 and np.isfinite(float(est.projected_grad))
+  assert int(est.num_forward) == 2 and np.isfinite(float(est.projected_grad))
   config = train_lib.default_train_config()
   config.update(num_steps=60, batch_size=32, log_every=59, checkpoint_every=0,
                 progress_bar=False)
