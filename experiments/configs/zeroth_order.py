@@ -27,11 +27,6 @@ from common import train as train_lib
 ESTIMATORS = ("first_order", "mezo", "lozo", "agzo")
 
 
-def _train(**overrides):
-  config = train_lib.default_train_config()
-  config.update(overrides)
-  return config
-
 
 BASE = dict(
     method="zeroth_order",
@@ -50,7 +45,8 @@ BASE = dict(
     fine_tune=dict(forward_budget=600, first_order_pass_cost=3, num_evals=6,
                    lr_first_order=1e-3, zo_lr_scale=50.0),
     # The common loop (num_steps is set per method from the forward budget).
-    train=_train(batch_size=16, checkpoint_every=0, log_every=50, progress_bar=False),
+    train=train_lib.default_train_config(batch_size=16, checkpoint_every=0, log_every=50,
+                                         progress_bar=False),
     # Gradient alignment on the pretrained LM (one task batch) and its control.
     alignment=dict(draws=32),
     control=dict(d_in=64, d_out=16, tokens=1024, rank=4, draws=256),
