@@ -139,7 +139,7 @@ def test_loader_errors_name_the_key(tmp_path):
     fm.from_arrays(dict(pos=pos, triangles=tri, states=np.zeros((5, 4, 3))), source="my data")
 
 
-def test_bad_inputs_raise(geometry):
+def test_bad_inputs_raise(geometry, mesh):
   with pytest.raises(ValueError, match="num_points must be an integer >= 40"):
     fm.make_mesh(geometry, 10, seed=0)
   with pytest.raises(ValueError, match="unknown obstacle kind 'blob'"):
@@ -147,8 +147,7 @@ def test_bad_inputs_raise(geometry):
   with pytest.raises(ValueError, match=r"Re=\[1000.0\] gives tau"):
     fm.generate_cylinder_flow([1000.0], nx=80, ny=24, diameter=6.0, seed=0)
   with pytest.raises(ValueError, match="grid_fields must have shape"):
-    fm.sample_fields(np.zeros((3, 10, 10, 3)), geometry,
-                     fm.make_mesh(geometry, 150, seed=0))
+    fm.sample_fields(np.zeros((3, 10, 10, 3)), geometry, mesh)
 
 
 def test_ellipse_mesh_and_flow_are_valid():

@@ -1,50 +1,66 @@
 """The sparse_decode_attention Pallas kernel (interpret mode) against its reference,
-and with every token selected against the model's dense attention."""
+and with every token selected against the model's dense attention.
+
+Inputs are numpy draws of one shape (8 rows x 96 tokens x 32 dims: with the default
+blocks one row block and three key blocks, with (4, 32) two row blocks), and each check
+runs kernel and reference in one jitted function compiled with LLVM at -O0 (`_jit`:
+the same computation, about half the compile time).
+"""
+
+import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from common.models import transformer
 from kernels_pallas import sparse_decode_attention as sd
 
+_jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
+R, K, D = 8, 96, 32
 
-def _inputs(r=8, k=96, d=32, p=0.4, seed=0):
-  keys = jax.random.split(jax.random.PRNGKey(seed), 4)
-  q = jax.random.normal(keys[0], (r, d))
-  kk = 2.0 * jax.random.normal(keys[1], (r, k, d))
-  v = jax.random.normal(keys[2], (r, k, d))
-  mask = jax.random.uniform(keys[3], (r, k)) < p
-  return q, kk, v, mask
+
+def _inputs(p=0.4, seed=0):
+  rng = np.random.default_rng(seed)
+  q = rng.standard_normal((R, D)).astype(np.float32)
+  k = 2.0 * rng.standard_normal((R, K, D)).astype(np.float32)
+  v = rng.standard_normal((R, K, D)).astype(np.float32)
+  return q, k, v, rng.random((R, K)) < p
 
 
 @pytest.mark.parametrize("blocks", [sd.SparseDecodeBlocks(), sd.SparseDecodeBlocks(4, 32)])
 def test_kernel_matches_reference(blocks):
   q, k, v, mask = _inputs()
-  mask = mask.at[3].set(False)                   # a row with nothing selected -> zeros
-  got = sd.sparse_decode_attention(q, k, v, mask, blocks=blocks, interpret=True)
-  want = sd.sparse_decode_attention_reference(q, k, v, mask)
+  mask[3] = False                                # a row with nothing selected -> zeros
+  got, want = _jit(lambda *a: (sd.sparse_decode_attention(*a, blocks=blocks, interpret=True),
+                               sd.sparse_decode_attention_reference(*a)))(q, k, v, mask)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(np.asarray(got[3]), 0.0)
 
 
 def test_all_selected_equals_full_attention():
-  b, s, h, kvh, d = 2, 64, 4, 2, 32
-  keys = jax.random.split(jax.random.PRNGKey(1), 3)
-  q = jax.random.normal(keys[0], (b, 1, h, d))
-  k = jax.random.normal(keys[1], (b, s, kvh, d))
-  v = jax.random.normal(keys[2], (b, s, kvh, d))
-  full = transformer.dot_product_attention(q, k, v, q_positions=jnp.array([s - 1]),
-                                           kv_length=jnp.int32(s), layer=0)
+  b, h, kvh = 2, 4, 2                            # R = b * h query heads over K tokens
+  rng = np.random.default_rng(1)
+  q = rng.standard_normal((b, 1, h, D)).astype(np.float32)
+  k = rng.standard_normal((b, K, kvh, D)).astype(np.float32)
+  v = rng.standard_normal((b, K, kvh, D)).astype(np.float32)
   g = h // kvh
   # Gather per query head: head hh reads KV head hh // g.
-  kg = jnp.repeat(jnp.swapaxes(k, 1, 2), g, axis=1).reshape(b * h, s, d)
-  vg = jnp.repeat(jnp.swapaxes(v, 1, 2), g, axis=1).reshape(b * h, s, d)
-  mask = jnp.ones((b * h, s), bool)
-  for fn in (lambda *a: sd.sparse_decode_attention(*a, interpret=True),
-             sd.sparse_decode_attention_reference):
-    out = fn(q.reshape(b * h, d), kg, vg, mask).reshape(b, 1, h, d)
+  kg = np.repeat(np.swapaxes(k, 1, 2), g, axis=1).reshape(b * h, K, D)
+  vg = np.repeat(np.swapaxes(v, 1, 2), g, axis=1).reshape(b * h, K, D)
+  mask = np.ones((b * h, K), bool)
+
+  @_jit
+  def outputs(q, k, v, kg, vg):
+    full = transformer.dot_product_attention(q, k, v, q_positions=np.array([K - 1]),
+                                             kv_length=np.int32(K), layer=0)
+    args = (q.reshape(b * h, D), kg, vg, mask)
+    return full, [fn(*args).reshape(b, 1, h, D) for fn in (
+        lambda *a: sd.sparse_decode_attention(*a, interpret=True),
+        sd.sparse_decode_attention_reference)]
+
+  full, outs = outputs(q, k, v, kg, vg)
+  for out in outs:
     np.testing.assert_allclose(out, full, rtol=1e-5, atol=1e-5)
 
 

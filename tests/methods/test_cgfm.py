@@ -1,7 +1,17 @@
-"""CGFM: multilevel graphs, HieraGraphNet symmetries, the flow loss/sampler, and the metrics."""
+"""CGFM: multilevel graphs, HieraGraphNet symmetries, the flow loss/sampler, and the metrics.
+
+The network tests share a padded graph, parameters drawn on the tree of `init` (no
+compiled init) and one jitted `apply` that takes the graph as an argument (module
+fixtures), so each padded shape compiles once instead of running op by op. Most run
+on a 2-level hierarchy; the permutation test and the merged-batch structure run on 3.
+The loss and its gradients compile once, shared by the data-parallel check.
+"""
+
+import functools
 
 import jax
 import jax.numpy as jnp
+import jraph
 import numpy as np
 import pytest
 import scipy.stats
@@ -28,24 +38,79 @@ def _graph(n=160, ratios=(0.3, 0.4), seed=0):
   return pos, s, r, feats, graphs.build(pos, s, r, feats, levels)
 
 
-MODEL = hieragraphnet.HieraGraphNet(latent=16, blocks_per_level=1, num_layers=1)
+MODEL_KWARGS = dict(latent=16, blocks_per_level=1, num_layers=1)
+MODEL = hieragraphnet.HieraGraphNet(**MODEL_KWARGS)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _apply(model, params, graph, t, x, cond):
+  return model.apply(params, graph, t, x, cond)
+
+
+def apply(params, graph, t, x, cond, model=MODEL):
+  """`model.apply` compiled once per graph shape (t, x, cond cast to float32)."""
+  return np.asarray(_apply(model, params, graph, np.float32(t), np.asarray(x, np.float32),
+                           np.asarray(cond, np.float32)))
+
+
+def init(model, graph, seed=0):
+  """Parameters of `model` for `graph`: the tree of `model.init` (traced, not compiled),
+  every leaf drawn from N(0, 0.5^2). The tests below hold for any parameters."""
+  x = jax.ShapeDtypeStruct((graph.levels[0].nodes.shape[0], 3), jnp.float32)
+  shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), graph, 0.0, x,
+                          jax.ShapeDtypeStruct((1,), jnp.float32))
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(lambda s: (0.5 * rng.normal(size=s.shape)).astype(s.dtype), shapes)
+
+
+_TRACES = []
+
+
+@jax.jit
+def _loss_and_grad(params, batch, key):
+  _TRACES.append(1)
+  return jax.value_and_grad(lambda p: flow.make_loss_fn(MODEL)(p, batch, key)[0])(params)
 
 
 @pytest.fixture(scope="module")
-def padded():
-  *_, g = _graph()
-  n_node, n_edge = graphs.padded_sizes(g)
-  return graphs.pad(g, n_node, n_edge)
+def mesh_graph():
+  """(pos, senders, receivers, features, the unpadded 3-level graph) of a 160-node mesh."""
+  return _graph()
+
+
+@pytest.fixture(scope="module")
+def padded3(mesh_graph):
+  *_, g = mesh_graph
+  return graphs.pad(g, *graphs.padded_sizes(g))
+
+
+@pytest.fixture(scope="module")
+def graph2():
+  """The same mesh with one coarse level (unpadded): what the model tests run on."""
+  return _graph(ratios=(0.3,))[-1]
+
+
+@pytest.fixture(scope="module")
+def padded(graph2):
+  return graphs.pad(graph2, *graphs.padded_sizes(graph2))
 
 
 @pytest.fixture(scope="module")
 def params(padded):
-  x = jnp.zeros((padded.levels[0].nodes.shape[0], 3))
-  return MODEL.init(jax.random.PRNGKey(0), padded, 0.5, x, jnp.zeros(1))
+  return init(MODEL, padded)
 
 
-def test_build_and_pad_shapes():
-  pos, s, r, feats, g = _graph()
+@pytest.fixture(scope="module")
+def loss_batch(padded):
+  b, n = 8, padded.levels[0].nodes.shape[0]
+  rng = np.random.default_rng(0)
+  return {"graph": graphs.broadcast(padded, b),
+          "x1": rng.normal(size=(b, n, 3)).astype(np.float32),
+          "cond": rng.normal(size=(b, 1)).astype(np.float32)}
+
+
+def test_build_and_pad_shapes(mesh_graph):
+  pos, s, r, feats, g = mesh_graph
   assert g.num_levels == 3
   assert g.levels[0].nodes.shape == (160, 3) and g.levels[0].edges.shape == (len(s), 3)
   for l in range(2):
@@ -68,20 +133,15 @@ def test_build_and_pad_shapes():
     graphs.pad(g, (160,) + n_node[1:], n_edge)
 
 
-def test_output_ignores_padding_budget(params, padded):
-  *_, g = _graph()
-  rng = np.random.default_rng(1)
-  x_real = rng.normal(size=(160, 3)).astype(np.float32)
+def test_output_ignores_padding_budget(params, padded, graph2):
+  n_node, n_edge = graphs.padded_sizes(graph2)
+  larger = graphs.pad(graph2, [n + 32 for n in n_node], [e + 64 for e in n_edge])
+  x_real = np.random.default_rng(1).normal(size=(160, 3)).astype(np.float32)
   outs = []
-  for multiple in (32, 64):
-    n_node, n_edge = graphs.padded_sizes(g, multiple)
-    if multiple == 32:
-      p = padded
-    else:
-      p = graphs.pad(g, n_node, n_edge)
-    x = np.zeros((n_node[0], 3), np.float32)
+  for p in (padded, larger):                 # every level has more padding in `larger`
+    x = np.zeros((p.levels[0].nodes.shape[0], 3), np.float32)
     x[:160] = x_real
-    outs.append(np.asarray(MODEL.apply(params, p, 0.3, x, jnp.array([0.2])))[:160])
+    outs.append(apply(params, p, 0.3, x, [0.2])[:160])
   np.testing.assert_allclose(outs[0], outs[1], atol=1e-5)
 
 
@@ -98,20 +158,24 @@ def _permute(g: graphs.MultiscaleGraph, perms):
   return graphs.MultiscaleGraph(tuple(levels), tuple(assign), tuple(cross))
 
 
-def test_permutation_equivariance():
-  *_, g = _graph(n=120, seed=3)
+def test_permutation_equivariance(padded3):
+  """Relabelling the real nodes of every level of a 3-level graph (padding stays last)
+  permutes the output the same way."""
+  padded, params = padded3, init(MODEL, padded3, seed=1)
   rng = np.random.default_rng(0)
-  perms = [rng.permutation(lev.nodes.shape[0]) for lev in g.levels]
-  gp = _permute(g, perms)
-  x = rng.normal(size=(120, 3)).astype(np.float32)
-  params = MODEL.init(jax.random.PRNGKey(1), g, 0.5, x, jnp.zeros(1))
-  out = np.asarray(MODEL.apply(params, g, 0.4, x, jnp.array([0.3])))
-  out_p = np.asarray(MODEL.apply(params, gp, 0.4, x[np.argsort(perms[0])], jnp.array([0.3])))
-  np.testing.assert_allclose(out_p, out[np.argsort(perms[0])], atol=2e-5)
+  real = [int(lev.n_node[0]) for lev in padded.levels]
+  perms = [np.concatenate([rng.permutation(k), np.arange(k, lev.nodes.shape[0])])
+           for k, lev in zip(real, padded.levels)]
+  gp = _permute(padded, perms)
+  n = padded.levels[0].nodes.shape[0]
+  x = np.zeros((n, 3), np.float32)
+  x[:real[0]] = rng.normal(size=(real[0], 3))
+  inv = np.argsort(perms[0])
+  out = apply(params, padded, 0.4, x, [0.3])
+  np.testing.assert_allclose(apply(params, gp, 0.4, x[inv], [0.3]), out[inv], atol=2e-5)
   # Permuting the coarse levels alone leaves the output unchanged.
-  gc = _permute(g, [np.arange(120)] + perms[1:])
-  np.testing.assert_allclose(np.asarray(MODEL.apply(params, gc, 0.4, x, jnp.array([0.3]))), out,
-                             atol=2e-5)
+  gc = _permute(padded, [np.arange(n)] + perms[1:])
+  np.testing.assert_allclose(apply(params, gc, 0.4, x, [0.3]), out, atol=2e-5)
 
 
 def test_single_level_is_a_message_passing_network():
@@ -120,16 +184,15 @@ def test_single_level_is_a_message_passing_network():
   assert g.num_levels == 1 and g.assign == ()
   model = hieragraphnet.HieraGraphNet(latent=8, blocks_per_level=2, num_layers=1)
   x = np.zeros((60, 3), np.float32)
-  params = model.init(jax.random.PRNGKey(0), g, 0.0, x, jnp.zeros(1))
+  params = init(model, g)
   assert not any("pool" in k for k in params["params"])
   # Receptive field: two blocks reach two hops, so a node 3+ hops away is unaffected.
   hops = _hops(60, s, r, 0)
-  far = np.flatnonzero(hops >= 4)[0]
   x1 = x.copy()
   x1[0] = 1.0
-  d = np.abs(np.asarray(model.apply(params, g, 0.0, x1, jnp.zeros(1)))
-             - np.asarray(model.apply(params, g, 0.0, x, jnp.zeros(1))))
-  assert d[0].max() > 0 and d[far].max() == 0
+  d = np.abs(apply(params, g, 0.0, x1, [0.0], model) - apply(params, g, 0.0, x, [0.0], model))
+  assert d[0].max() > 0 and d[hops == 2].max() > 0
+  assert (hops >= 3).any() and d[hops >= 3].max() == 0
 
 
 def _hops(n, s, r, src):
@@ -147,44 +210,29 @@ def _hops(n, s, r, src):
   return dist
 
 
-def test_loss_traces_once_and_is_finite(params, padded):
-  b = 4
-  rng = np.random.default_rng(0)
-  batch = {"graph": graphs.broadcast(padded, b),
-           "x1": rng.normal(size=(b, padded.levels[0].nodes.shape[0], 3)).astype(np.float32),
-           "cond": rng.normal(size=(b, 1)).astype(np.float32)}
-  traces = []
-  loss_fn = flow.make_loss_fn(MODEL)
-
-  @jax.jit
-  def step(p, batch, key):
-    traces.append(1)
-    return jax.value_and_grad(lambda q: loss_fn(q, batch, key)[0])(p)
-
+def test_loss_traces_once_and_is_finite(params, loss_batch):
   for i in range(3):
-    loss, grads = step(params, batch, jax.random.PRNGKey(i))
+    loss, grads = _loss_and_grad(params, loss_batch, jax.random.PRNGKey(i))
     assert np.isfinite(float(loss))
-  assert len(traces) == 1
+  assert len(_TRACES) == 1
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
 
 
-def test_loss_is_the_cfm_error_per_real_node():
+def test_loss_is_the_cfm_error_per_real_node(padded):
   """A network that outputs zero has loss E|X1 - X0|^2 per node and channel = 1 + E X1^2."""
   class Zero(hieragraphnet.HieraGraphNet):
     def __call__(self, graph, t, x, cond):
       return jnp.zeros_like(x)
-  *_, g = _graph()
-  p = graphs.pad(g, *graphs.padded_sizes(g))
-  b, n = 64, p.levels[0].nodes.shape[0]
+  b, n = 64, padded.levels[0].nodes.shape[0]
   x1 = np.full((b, n, 3), 2.0, np.float32)
-  batch = {"graph": graphs.broadcast(p, b), "x1": x1, "cond": np.zeros((b, 1), np.float32)}
-  loss, _ = flow.make_loss_fn(Zero())({}, batch, jax.random.PRNGKey(0))
+  batch = {"graph": graphs.broadcast(padded, b), "x1": x1, "cond": np.zeros((b, 1), np.float32)}
+  loss, _ = jax.jit(flow.make_loss_fn(Zero()))({}, batch, jax.random.PRNGKey(0))
   assert abs(float(loss) - 5.0) < 0.1  # padding nodes would pull this toward 0
 
 
 def test_sampler_shapes_and_padding(params, padded):
-  out = flow.sample(MODEL, params, padded, jnp.array([0.1]), jax.random.PRNGKey(0),
-                    num_samples=5, num_steps=3)
+  sample = jax.jit(functools.partial(flow.sample, MODEL, num_samples=5, num_steps=3))
+  out = sample(params, padded, jnp.array([0.1]), jax.random.PRNGKey(0))
   assert out.shape == (5, padded.levels[0].nodes.shape[0], 3)
   assert np.all(np.isfinite(out)) and np.all(np.asarray(out)[:, 160:] == 0)
 
@@ -246,12 +294,29 @@ def test_merged_batch_equals_per_sample(params, padded):
   x = rng.normal(size=(b, n, 3)).astype(np.float32)
   t = np.array([0.1, 0.5, 0.9], np.float32)
   cond = rng.normal(size=(b, 1)).astype(np.float32)
-  field = flow.batched_field(MODEL, params, graphs.broadcast(padded, b))
-  out = np.asarray(field(jnp.asarray(t), jnp.asarray(x), jnp.asarray(cond)))
+  field = jax.jit(lambda p, g, *args: flow.batched_field(MODEL, p, g)(*args))
+  out = np.asarray(field(params, graphs.broadcast(padded, b), t, x, cond))
   for i in range(b):
-    ref = np.asarray(MODEL.apply(params, padded, t[i], x[i], cond[i]))
+    ref = apply(params, padded, t[i], x[i], cond[i])
     np.testing.assert_allclose(out[i, :160], ref[:160], atol=2e-5)
   assert np.all(out[:, 160:] == 0)
+
+
+def test_merge_is_jraph_batch_on_every_level(padded3):
+  """On three levels: each level of the merged batch is `jraph.batch` of the samples,
+  and sample b's pooling map is offset by b times the next level's size."""
+  b = 3
+  merged = graphs.merge(graphs.broadcast(padded3, b))
+  for l, level in enumerate(padded3.levels):
+    ref = jraph.batch([level] * b)
+    for name in ("nodes", "edges", "senders", "receivers", "n_node", "n_edge"):
+      np.testing.assert_array_equal(np.asarray(getattr(merged.levels[l], name)),
+                                    getattr(ref, name), err_msg=f"level {l} {name}")
+  for l, a in enumerate(padded3.assign):
+    n_next = padded3.levels[l + 1].nodes.shape[0]
+    np.testing.assert_array_equal(np.asarray(merged.assign[l]),
+                                  np.concatenate([a + k * n_next for k in range(b)]))
+    np.testing.assert_array_equal(np.asarray(merged.cross[l]), np.tile(padded3.cross[l], (b, 1)))
 
 
 def test_model_variants_and_their_depth():
@@ -308,44 +373,44 @@ def test_region_errors_is_field_errors_per_region():
 
 
 _DATA_PARALLEL = r"""
+import pickle, sys
 import jax, jax.numpy as jnp, numpy as np
 from common import sharding
-from methods.cgfm import coarsening, flow, graphs, hieragraphnet
-from scipy.spatial import Delaunay
+from methods.cgfm import flow, hieragraphnet
 assert jax.device_count() == 4
-rng = np.random.default_rng(0)
-pos = rng.uniform(-1, 1, (120, 2))
-tri = Delaunay(pos).simplices
-e = np.unique(np.sort(np.concatenate([tri[:, [0, 1]], tri[:, [1, 2]], tri[:, [2, 0]]]), 1), axis=0)
-s, r = np.concatenate([e[:, 0], e[:, 1]]), np.concatenate([e[:, 1], e[:, 0]])
-g = graphs.build(pos, s, r, pos.astype(np.float32),
-                 coarsening.build_hierarchy(pos, s, r, ratios=(0.3,), seed=0))
-g = graphs.pad(g, *graphs.padded_sizes(g))
-model = hieragraphnet.HieraGraphNet(latent=16, blocks_per_level=1, num_layers=1)
-n = g.levels[0].nodes.shape[0]
-params = model.init(jax.random.PRNGKey(0), g, 0.0, jnp.zeros((n, 3)), jnp.zeros(1))
-batch = {"graph": graphs.broadcast(g, 8), "x1": rng.normal(size=(8, n, 3)).astype(np.float32),
-         "cond": rng.normal(size=(8, 1)).astype(np.float32)}
-loss_fn = jax.jit(jax.value_and_grad(lambda p, b: flow.make_loss_fn(model)(p, b, jax.random.PRNGKey(3))[0]))
-ref, gref = loss_fn(params, batch)
-placed = sharding.shard_batch(batch, sharding.make_mesh())
+with open(sys.argv[1], "rb") as f:
+  case = pickle.load(f)
+model = hieragraphnet.HieraGraphNet(**case["model"])
+key = jnp.asarray(case["key"])
+loss_fn = jax.jit(jax.value_and_grad(lambda p, b: flow.make_loss_fn(model)(p, b, key)[0]))
+placed = sharding.shard_batch(case["batch"], sharding.make_mesh())
 assert len(placed["x1"].sharding.device_set) == 4
-out, gout = loss_fn(params, placed)
-np.testing.assert_allclose(out, ref, rtol=1e-5)
-for a, b in zip(jax.tree.leaves(gout), jax.tree.leaves(gref)):
+out, gout = loss_fn(case["params"], placed)
+np.testing.assert_allclose(out, case["loss"], rtol=1e-5)
+for a, b in zip(jax.tree.leaves(gout), jax.tree.leaves(case["grads"])):
   np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 print("OK")
 """
 
 
-def test_loss_is_data_parallel_over_fake_devices():
-  """The same loss and gradients with the batch split over 4 (fake CPU) devices."""
+def test_loss_is_data_parallel_over_fake_devices(params, loss_batch, tmp_path):
+  """The same loss and gradients with the batch split over 4 (fake CPU) devices as on
+  this process's one device (a batch of 8: two samples per device)."""
   import os
+  import pickle
   import subprocess
   import sys
+  key = jax.random.PRNGKey(3)
+  loss, grads = _loss_and_grad(params, loss_batch, key)
+  case = tmp_path / "case.pkl"
+  case.write_bytes(pickle.dumps(dict(
+      model=MODEL_KWARGS, key=np.asarray(key), params=jax.device_get(params),
+      batch=jax.tree.map(np.asarray, loss_batch), loss=float(loss),
+      grads=jax.device_get(grads))))
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
              JAX_PLATFORMS="cpu")
-  proc = subprocess.run([sys.executable, "-c", _DATA_PARALLEL], env=env, capture_output=True,
-                        text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(
-                            os.path.dirname(os.path.abspath(__file__)))))
+  proc = subprocess.run([sys.executable, "-c", _DATA_PARALLEL, str(case)], env=env,
+                        capture_output=True, text=True, timeout=300,
+                        cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                            os.path.abspath(__file__)))))
   assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]

@@ -12,10 +12,17 @@ centring lowers the score error; more mass attended means a smaller output error
 sparse decoding at p = 0.95 keeps the LM's predictions; 1-bit keys are >= 8x smaller
 than bf16. Whether Quest needs more tokens on the LM's own caches is measured but not
 asserted: at the quick preset (32-wide heads) it does not reproduce (docs).
+
+The run's time is XLA compilation (the tiny sizes cost little to execute), so it runs
+with most XLA optimisations off (`jax_disable_most_optimizations`: the same
+computation, every figure equal to float rounding, about a third less compile time);
+the LM comes trained from the session fixture.
 """
 
+import contextlib
 import os
 
+import jax
 import numpy as np
 import pytest
 
@@ -33,10 +40,23 @@ def tiny_config(tiny_lm_dir):
   return config
 
 
+@contextlib.contextmanager
+def _most_optimizations_off():
+  """Compiles with XLA's LLVM passes at -O0 (same computation, less compile time), then
+  restores the previous setting."""
+  previous = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", True)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_disable_most_optimizations", previous)
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tiny_config, tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("rabitq_attention"))
-  return workdir, experiment.run(tiny_config, workdir)
+  with _most_optimizations_off():
+    return workdir, experiment.run(tiny_config, workdir)
 
 
 def test_estimator_is_unbiased_and_inside_its_bound(tiny_run, tiny_config):

@@ -15,7 +15,7 @@ rerun in the same workdir reuses the cached stage and reports the same figures.
 
 NOT asserted, because it does not reproduce at this scale: that the susceptibility ARI
 is above the per-token gradient and residual-stream baselines. With this seed it is
-0.21 against 0.31 and 0.41; at the quick preset it is 0.37 against 0.32 and 0.33, above
+0.20 against 0.31 and 0.41; at the quick preset it is 0.37 against 0.32 and 0.33, above
 both but not by the report's margin of 0.15. The report states both as "not reproduced";
 see docs/susceptibility.md.
 """

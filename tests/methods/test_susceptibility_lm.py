@@ -1,8 +1,8 @@
 """The calibration and LM parts of the susceptibility experiment, end to end at toy size.
 
 The LM part runs on the shared tiny LM (the session fixture `tiny_lm_dir`, passed as
-`lm_workdir`), with a few SGLD draws per component; calibration with short chains.
-Checked: the report rows and figures of both parts, the plots, the LM's cluster table
+`lm_workdir`), with a few SGLD draws per component (no burn-in); calibration with short
+chains. Checked: the report rows and figures of both parts, the plots, the LM's cluster table
 and the cached stages. The calibration claim itself is asserted at full length in
 test_susceptibility.py (the LLC of linear regression is d / 2).
 """
@@ -20,10 +20,13 @@ def test_calibration_and_lm_parts_run_on_the_tiny_lm(tiny_lm_dir, tmp_path):
   config = configs.get_config("tiny")
   config.parts = ("calibration", "lm")
   config.lm_workdir = tiny_lm_dir
-  config.calibration.update(dict(dim=4, n=512, batch_size=64, step_sizes=(3e-2,),
+  # The regression has the shapes of the LLC test's (test_susceptibility.py), whose
+  # compiled eager ops it reuses in a full run. Compiling the LM's SGLD scan is most
+  # of this test's time: no burn-in leaves one copy of the step in the program.
+  config.calibration.update(dict(dim=4, n=2048, batch_size=128, step_sizes=(3e-2,),
                                  chains=2, burnin=20, draws=200))
   config.real_lm.update(dict(seq_len=16, pool_size=32, probe_windows=4, examples=2))
-  config.real_lm.sgld.update(dict(chains=2, burnin=2, draws=4, thin=1))
+  config.real_lm.sgld.update(dict(chains=2, burnin=0, draws=4, thin=1))
   result = experiment.run(config, str(tmp_path))
   starts = ("On linear regression (regular, d=4) the SGLD LLC estimate recovers d/2",
             "The estimate degrades when eps is too large",

@@ -25,6 +25,19 @@ def small_model():
   return model, transformer.init_params(model, jax.random.PRNGKey(0))
 
 
+# One token shape for every eager forward pass of `small_model`, so that the tests
+# share JAX's per-shape op compilations (head_ablation runs the model eagerly).
+_TOKENS_SHAPE = (4, 9)
+
+
+@pytest.fixture(scope="module")
+def regression():
+  """One linear-regression problem (d=4, noise 0.5), built once for the module. Its
+  shapes are those of the LLC test in test_susceptibility.py, whose eager ops it reuses."""
+  return sus.linear_regression(jax.random.PRNGKey(0), dim=4, n=2048, batch_size=128,
+                               noise=0.5)
+
+
 def _leaves_with_paths(tree):
   return {"/".join(str(getattr(k, "key", k)) for k in path): np.asarray(leaf)
           for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
@@ -32,7 +45,7 @@ def _leaves_with_paths(tree):
 
 def test_token_losses_match_log_softmax(small_model):
   model, params = small_model
-  tokens = jax.random.randint(jax.random.PRNGKey(1), (3, 7), 0, 12)
+  tokens = jax.random.randint(jax.random.PRNGKey(1), _TOKENS_SHAPE, 0, 12)
   logits = model.apply({"params": params}, tokens[:, :-1])
   expected = -np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)),
                                  np.asarray(tokens[:, 1:, None]), axis=-1)[..., 0]
@@ -80,8 +93,8 @@ def test_head_ablation_is_zero_for_a_head_that_is_already_off(small_model):
   model, params = small_model
   mask = transformer.component_mask(params, model.config, 0, 1)
   params = jax.tree.map(lambda p, m: p * (1 - m), params, mask)   # head L0H1 silenced
-  tokens = jax.random.randint(jax.random.PRNGKey(2), (4, 9), 0, 12)
-  labels = jax.random.randint(jax.random.PRNGKey(3), (4, 9), -1, 2)
+  tokens = jax.random.randint(jax.random.PRNGKey(2), _TOKENS_SHAPE, 0, 12)
+  labels = jax.random.randint(jax.random.PRNGKey(3), _TOKENS_SHAPE, -1, 2)
   ablation = sus.head_ablation(model, params, tokens, labels, 2)
   assert ablation.shape == (4, 2)
   np.testing.assert_array_equal(ablation[1], 0.0)
@@ -95,28 +108,30 @@ def test_subtree_mask_selects_prefixes():
   assert mask["d"].tolist() == [1]
 
 
-def test_linear_regression_starts_at_the_least_squares_minimum():
-  problem = sus.linear_regression(jax.random.PRNGKey(0), dim=3, n=200, batch_size=20,
-                                  noise=0.5)
+def test_linear_regression_starts_at_the_least_squares_minimum(regression):
+  problem = regression
   grad = jax.grad(problem.loss_fn)(problem.w0, (problem.x, problem.y))
   np.testing.assert_allclose(grad["w"], 0.0, atol=1e-4)
-  assert problem.true_llc == 1.5 and problem.curvature == 4.0
+  assert problem.true_llc == 2.0 and problem.curvature == 4.0
   xb, yb = problem.batch_fn(jnp.int32(3))
-  assert xb.shape == (20, 3) and yb.shape == (20,)
+  assert xb.shape == (128, 4) and yb.shape == (128,)
   np.testing.assert_array_equal(problem.batch_fn(jnp.int32(3))[0], xb)
 
 
-def test_step_size_sweep_equals_separate_runs():
-  problem = sus.linear_regression(jax.random.PRNGKey(0), dim=2, n=64, batch_size=8, noise=1.0)
+def test_step_size_sweep_equals_separate_runs(regression):
+  problem = regression
   kwargs = dict(n_beta=4.0, localization=1.0, num_chains=2, num_burnin=3, num_draws=5)
   key = jax.random.PRNGKey(4)
   traces = sus.step_size_sweep(problem.loss_fn, problem.w0, problem.batch_fn, key,
                                [1e-3, 1e-1], **kwargs)
   assert traces.shape == (2, 2, 8)
-  for i, eps in enumerate([1e-3, 1e-1]):
-    single = sus.run_chains(problem.loss_fn, problem.w0, problem.batch_fn, key,
-                            step_size=eps, **kwargs).loss
-    np.testing.assert_allclose(traces[i], single, rtol=1e-5)
+  # Every run_chains call compiles anew, so one separate run is compared (the last
+  # row); the first row starts where it does (w0, same minibatch) and then moves apart.
+  single = sus.run_chains(problem.loss_fn, problem.w0, problem.batch_fn, key,
+                          step_size=1e-1, **kwargs).loss
+  np.testing.assert_allclose(traces[1], single, rtol=1e-5)
+  np.testing.assert_array_equal(traces[0, :, 0], traces[1, :, 0])
+  assert not np.allclose(traces[0, :, 1:], traces[1, :, 1:])
 
 
 def test_stratified_sample_is_balanced_and_deterministic():
@@ -141,7 +156,8 @@ def test_cluster_profiles_rank_members_by_distance_to_the_centre():
 def test_config_presets_nest_and_errors_name_the_dotted_key():
   tiny = configs.get_config("tiny")
   assert tiny.parts == ("synthetic",) and tiny.train.num_steps == 1000
-  assert tiny.synthetic.sgld.draws == 40 and tiny.lm.d_model == 32
+  assert tiny.synthetic.sgld.draws == 40 and tiny.synthetic.sgld.batch == 4
+  assert tiny.synthetic.sgld.chains == 4 and tiny.lm.d_model == 32
   paper = configs.get_config("paper")
   assert paper.lm.d_model == 512 and paper.real_lm.sgld.batch == 32
   for key, value, message in (("synthetic.sgld.n_beta", -1.0, "0: the default"),
