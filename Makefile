@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install reproduce test bench clean
+.PHONY: install reproduce test test-lower-bounds bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ reproduce: install
 
 test: install
 	$(PY) -m pytest -q tests --durations=15
+
+# Every dependency at exactly its declared minimum, in a throwaway venv (not part of test).
+test-lower-bounds:
+	PYTHON=$(PYTHON) bash .ci/lower_bounds
 
 bench: install
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'

@@ -134,7 +134,7 @@ def positive_int(config, key: str, minimum: int = 1) -> None:
 
 def in_range(config, key: str, low: float, high: float) -> None:
   value = get(config, key)
-  if not isinstance(value, (int, float)) or not low < value < high:
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value < high:
     _fail(key, value, f"a number in ({low}, {high})")
 
 
@@ -151,8 +151,14 @@ def in_interval(config, key: str, low: float, high: float, *, closed: str = "") 
     fail(key, value, f"a number in {'[' if low_ok else '('}{low}, {high}{']' if high_ok else ')'}")
 
 
+def _allowed(allowed: Iterable[str]) -> tuple:
+  if isinstance(allowed, (str, bytes)):  # "abc" would allow "a", "b" and "c".
+    raise TypeError(f"allowed must be a sequence of values, got the string {allowed!r}")
+  return tuple(allowed)
+
+
 def one_of(config, key: str, allowed: Iterable[str]) -> None:
-  allowed = tuple(allowed)
+  allowed = _allowed(allowed)
   value = get(config, key)
   if value not in allowed:
     _fail(key, value, f"one of {', '.join(map(str, allowed))}")
@@ -166,5 +172,5 @@ def sequence_of(config, key: str, check: Callable[[Any], bool], expected: str) -
 
 
 def subset_of(config, key: str, allowed: Iterable[str]) -> None:
-  allowed = tuple(allowed)
+  allowed = _allowed(allowed)
   sequence_of(config, key, lambda v: v in allowed, f"values from {', '.join(allowed)}")

@@ -20,6 +20,7 @@ from typing import Callable
 from flax import struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
 KernelFn = Callable[[Array, Array, Array], Array]
@@ -45,6 +46,22 @@ def squared_distances(x: Array, y: Array) -> Array:
   return jnp.maximum(sq, 0.0)
 
 
+def check_lengthscale(lengthscale) -> None:
+  """Raises a ValueError unless a concrete lengthscale is finite and > 0 (every entry).
+
+  Skipped for tracers (inside ``jit``/``vmap``/``grad`` it costs nothing). A zero or
+  negative lengthscale would give NaN or inf Gram matrices with no error.
+
+  Example:
+    >>> check_lengthscale(0.5)
+  """
+  if isinstance(lengthscale, jax.core.Tracer):
+    return
+  value = np.asarray(lengthscale, dtype=np.float64)
+  if not (np.all(np.isfinite(value)) and np.all(value > 0)):
+    raise ValueError(f"kernel lengthscale must be finite and > 0, got {lengthscale}")
+
+
 def _scaled_distance(x: Array, y: Array, lengthscale: Array) -> Array:
   # sqrt has an infinite derivative at 0; the where keeps gradients finite on the diagonal.
   sq = squared_distances(x, y) / jnp.square(lengthscale)
@@ -54,22 +71,26 @@ def _scaled_distance(x: Array, y: Array, lengthscale: Array) -> Array:
 
 def rbf(x: Array, y: Array, lengthscale: Array) -> Array:
   """Gaussian kernel exp(-||x - y||^2 / (2 ell^2))."""
+  check_lengthscale(lengthscale)
   return jnp.exp(-0.5 * squared_distances(x, y) / jnp.square(lengthscale))
 
 
 def laplace(x: Array, y: Array, lengthscale: Array) -> Array:
   """Laplace (Matern 1/2) kernel exp(-||x - y|| / ell)."""
+  check_lengthscale(lengthscale)
   return jnp.exp(-_scaled_distance(x, y, lengthscale))
 
 
 def matern32(x: Array, y: Array, lengthscale: Array) -> Array:
   """Matern 3/2 kernel (1 + sqrt(3) r) exp(-sqrt(3) r), r = ||x - y|| / ell."""
+  check_lengthscale(lengthscale)
   r = jnp.sqrt(3.0) * _scaled_distance(x, y, lengthscale)
   return (1.0 + r) * jnp.exp(-r)
 
 
 def matern52(x: Array, y: Array, lengthscale: Array) -> Array:
   """Matern 5/2 kernel (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)."""
+  check_lengthscale(lengthscale)
   r = jnp.sqrt(5.0) * _scaled_distance(x, y, lengthscale)
   return (1.0 + r + r * r / 3.0) * jnp.exp(-r)
 
@@ -98,6 +119,8 @@ def median_heuristic(x: Array, max_points: int = 1000) -> Array:
   The usual default lengthscale: ell = median_{i<j} ||x_i - x_j||. Rows beyond
   ``max_points`` are ignored (deterministically: the first ones are used).
   """
+  if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 2:
+    raise ValueError(f"max_points must be an int >= 2, got {max_points!r}")
   x = as_matrix(x)[:max_points]
   n = x.shape[0]
   if n < 2:

@@ -324,6 +324,8 @@ def _to_float(name: str, value: Any) -> float:
   array = np.asarray(value)
   if array.size != 1:
     raise ValueError(f"metric {name!r} must be a scalar, got shape {array.shape}")
+  if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
+    raise TypeError(f"metric {name!r} must be a number, got {value!r}")
   return float(array.reshape(()))
 
 
@@ -384,6 +386,9 @@ class MetricsWriter:
     """
     if not self._enabled:
       return
+    if (isinstance(step, bool) or np.ndim(step) != 0
+        or not np.issubdtype(np.asarray(step).dtype, np.integer)):
+      raise ValueError(f"step must be an int, got {step!r}")
     if int(step) < 0:
       raise ValueError(f"step must be >= 0, got {step}")
     values = {str(name): _to_float(name, value) for name, value in scalars.items()}

@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from absl import logging
 import jax
+import numpy as np
 
 from common import trials
 
@@ -72,10 +73,15 @@ def passes(measured: Any, op: str, threshold: Any) -> bool:
   if op not in _OPERATORS and op != "in":
     raise ValueError(f"unknown comparison {op!r}; expected one of "
                      f"{', '.join([*_OPERATORS, 'in'])}")
+  if op == "in" and (isinstance(threshold, (str, bytes)) or not hasattr(threshold, "__len__")
+                     or len(threshold) != 2):
+    raise ValueError(f"threshold for op 'in' must be a (low, high) pair, got {threshold!r}")
   if isinstance(measured, Mapping):
     values = list(measured.values())
   elif isinstance(measured, (list, tuple)):
     values = list(measured)
+  elif hasattr(measured, "__array__") and getattr(measured, "ndim", 0) > 0:
+    values = [v.item() for v in np.ravel(np.asarray(measured))]  # Every element.
   else:
     values = [measured]
   if not values:
@@ -166,7 +172,8 @@ def register(name: str, *, title: str,
   """Decorator over an experiment's body ``(config, workdir) -> Result``.
 
   Returns the runner around it: ``run(config, workdir)`` validates ``config``
-  with ``validate`` (a ``ConfigError`` before any work), creates ``workdir``,
+  with ``validate`` (a ``ConfigError`` before any work), creates ``workdir`` (a
+  one-line ``ValueError`` before any work if it is a file or not writable),
   runs the body under ``jax.enable_x64(config.x64)`` (when the config has
   ``x64``), records the wall time in ``Result.seconds``, logs the figures and
   saves ``workdir/result.json`` atomically. The runner is what the registry
@@ -187,11 +194,16 @@ def register(name: str, *, title: str,
 
 def run_experiment(name: str, body: Callable[..., Result], config, workdir: str,
                    validate: Callable[[Any], None] | None = None) -> Result:
-  """The runner: validate, makedirs, x64, timer, log, atomic ``result.json``."""
+  """The runner: validate, makedirs, x64, timer, log, atomic ``result.json``.
+
+  Raises:
+    ConfigError: from ``validate``, before any work.
+    ValueError: one line, before any work, if ``workdir`` is a file or cannot be
+      created or written.
+  """
   if validate is not None:
     validate(config)
-  workdir = os.fspath(workdir)
-  os.makedirs(workdir, exist_ok=True)
+  workdir = trials.ensure_directory(workdir, "workdir")
   start = time.time()
   x64 = bool(config.get("x64", False)) if hasattr(config, "get") else False
   with jax.enable_x64(x64):

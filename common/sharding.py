@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,10 +41,19 @@ def make_mesh(mesh_shape: Sequence[int] | None = None,
     propagated by the compiler).
 
   Raises:
+    TypeError: if a size is not an int (1.5 would be truncated) or `axis_names`
+      is a bare string.
     ValueError: if the shape does not use exactly the visible devices, has a
       bad entry, or the names do not match it.
   """
   num_devices = jax.device_count()
+  if mesh_shape is not None and (
+      isinstance(mesh_shape, (str, bytes)) or not hasattr(mesh_shape, "__len__") or
+      not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in mesh_shape)):
+    raise TypeError(f"mesh_shape must be None or a sequence of ints, got {mesh_shape!r}")
+  if isinstance(axis_names, (str, bytes)):
+    raise TypeError(f"axis_names must be a sequence of names such as ('data',), got "
+                    f"{axis_names!r}")
   shape = [-1] if mesh_shape is None else [int(s) for s in mesh_shape]
   names = tuple(axis_names)
   if len(shape) != len(names):
@@ -104,6 +114,9 @@ def shard_batch(batch: Any, mesh: Mesh) -> Any:
   for path, leaf in leaves_with_paths:
     name = jax.tree_util.keystr(path) or "<root>"
     host = np.asarray(leaf)
+    if host.dtype.kind in "OUSmM":  # Objects, strings, dates: not device arrays.
+      raise TypeError(f"batch leaf {name} has dtype {host.dtype}; expected numeric or "
+                      "bool arrays")
     if host.ndim == 0:
       raise ValueError(f"batch leaf {name} is a scalar; every leaf needs a leading "
                        "batch axis")

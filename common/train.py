@@ -37,7 +37,22 @@ Rerunning with the same workdir resumes from the newest checkpoint in
 `workdir/checkpoints`; because batches and per-step keys are pure functions of
 (seed, step), a killed-and-resumed run ends with exactly the parameters of an
 uninterrupted one. A non-finite loss, metric or state stops the run with
-`NonFiniteError` before it can be checkpointed.
+`NonFiniteError` before it can be checkpointed. A newest checkpoint that no longer
+restores (a damaged file) is skipped with one logged line, and the run resumes
+from the newest one that does.
+
+The checkpoints are of one run: `workdir/checkpoints.json` records what
+determines their values (`seed`, `batch_size`, `gradient_free`, the optimizer's
+hyperparameters and the shapes and dtypes of the parameters and optimizer state).
+A rerun that differs in any of them, or asks for fewer `num_steps` than the
+newest checkpoint holds, raises one `ValueError` naming the differences instead of
+returning the old parameters: use a new workdir, or `overwrite=True` to discard
+the old checkpoints. Raising `num_steps` continues the run (how a run is
+extended); the logging, checkpointing and device keys may change freely. The
+optimizer counts by the numbers, strings and small arrays its functions close
+over (`optax.adam(1e-3)` vs `optax.adam(2e-3)`; a schedule whose length is
+`num_steps` makes a longer run a different optimizer); mutable containers and
+other objects in those closures count by type only.
 
 Example:
     >>> model = MLP((32, 1))
@@ -57,8 +72,10 @@ Example:
 from __future__ import annotations
 
 import functools
+import json
 import numbers
 import os
+import shutil
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -72,11 +89,13 @@ import tqdm
 from absl import logging
 
 from common import checkpoint
+from common import trials
 from common.metrics import MetricsWriter
 from common.sharding import (DATA_AXIS, make_mesh, maybe_initialize_distributed,
                              replicated_sharding, shard_batch)
 
 CHECKPOINT_SUBDIR = "checkpoints"
+RUN_RECORD = "checkpoints.json"  # Beside checkpoints/: what its steps are of.
 
 
 class TrainState(NamedTuple):
@@ -360,6 +379,130 @@ def _first_non_finite(metrics: Mapping[str, Any], state_finite: Any):
   return None
 
 
+# Keys that do not change the trained values: they may differ on resume.
+_NOT_RESULT_KEYS = ("num_steps", "log_every", "checkpoint_every", "keep_checkpoints",
+                    "progress_bar", "distributed", "nan_guard", "mesh_shape")
+_SMALL_ARRAY = 64  # Arrays an optimizer closes over up to this size count by value.
+
+
+def _summary(obj: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
+  """What a function computes with, as JSON: its name, the numbers, strings and small
+  arrays it closes over, and the same of the functions and tuples it closes over.
+
+  Mutable containers and other objects count by type only (a list a loss function
+  appends to must not change the fingerprint); large arrays by dtype and shape. At
+  most 12 levels deep and 5000 nodes, in a fixed order (so equal in every process).
+  """
+  budget = [5000] if budget is None else budget
+  if obj is None or isinstance(obj, (bool, int, str)):
+    return obj
+  if isinstance(obj, float):
+    return f"{obj:.10g}"
+  budget[0] -= 1
+  if depth > 12 or budget[0] < 0:
+    return "..."
+  go = functools.partial(_summary, depth=depth + 1, budget=budget)
+  if isinstance(obj, (np.ndarray, np.generic, jax.Array)) and not isinstance(
+      obj, jax.core.Tracer):
+    if np.size(obj) <= _SMALL_ARRAY:
+      return [str(obj.dtype), list(np.shape(obj)),
+              [f"{v:.10g}" if isinstance(v, float) else v
+               for v in np.asarray(obj).ravel().tolist()]]
+    return f"{obj.dtype}{list(np.shape(obj))}"
+  if isinstance(obj, tuple):
+    return [go(x) for x in obj]
+  if isinstance(obj, functools.partial):
+    return {"partial": go(obj.func), "args": go(obj.args),
+            "keywords": {k: go(v) for k, v in sorted(obj.keywords.items())}}
+  if hasattr(obj, "__wrapped__") and callable(obj):
+    return go(obj.__wrapped__)
+  if getattr(obj, "__code__", None) is not None:
+    cells = []
+    for cell in getattr(obj, "__closure__", None) or ():
+      try:
+        cells.append(go(cell.cell_contents))
+      except ValueError:  # an empty cell
+        cells.append(None)
+    return {"fn": f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}",
+            "defaults": go(getattr(obj, "__defaults__", None)), "closure": cells}
+  return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _tree_signature(tree: Any) -> dict[str, str]:
+  """{leaf path: "dtype[shape]"} of an abstract pytree."""
+  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+  return {jax.tree_util.keystr(path): f"{leaf.dtype}{list(leaf.shape)}"
+          for path, leaf in leaves}
+
+
+def _plain_number(value: Any) -> Any:
+  return int(value) if isinstance(value, numbers.Integral) else value
+
+
+def _run_record(config: Any, abstract_state: TrainState, optimizer: Any,
+                gradient_free: bool) -> dict:
+  """What determines the checkpoints' values (see the module docstring)."""
+  blob = json.dumps(_summary((optimizer.init, optimizer.update)), sort_keys=True)
+  keys = [key for key in _ALL_KEYS if key not in _NOT_RESULT_KEYS]  # seed, batch_size
+  return {"num_steps": int(config.num_steps),
+          "config": {**{key: _plain_number(getattr(config, key)) for key in keys},
+                     "gradient_free": bool(gradient_free)},
+          "optimizer": trials.config_fingerprint({"optimizer": blob}),
+          "params": _tree_signature(abstract_state.params),
+          "opt_state": _tree_signature(abstract_state.opt_state)}
+
+
+def _tree_difference(name: str, old: dict, new: dict) -> str | None:
+  if old == new:
+    return None
+  for path in (*new, *old):
+    if old.get(path) != new.get(path):
+      return (f"{name} tree: {name}{path} {old.get(path, 'absent')} -> "
+              f"{new.get(path, 'absent')}")
+  return f"{name} tree: leaf order"
+
+
+def _differences(old: dict, new: dict) -> list[str]:
+  """The differences that matter between two run records, one phrase each."""
+  out = [f"config.{key}: {old['config'].get(key)!r} -> {value!r}"
+         for key, value in new["config"].items() if old["config"].get(key) != value]
+  if old.get("optimizer") != new["optimizer"]:
+    out.append("the optimizer (its hyperparameters or structure)")
+  out += [d for d in (_tree_difference(name, old.get(name, {}), new[name])
+                      for name in ("params", "opt_state")) if d]
+  return out
+
+
+def _read_run_record(path: str) -> dict | None:
+  try:
+    with open(path) as f:
+      record = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return record if isinstance(record, dict) and "config" in record else None
+
+
+def _check_run(directory: str, path: str, record: dict, newest: int | None) -> None:
+  """Raises the one-line mismatch error if `directory`'s checkpoints are of another run
+  than `record` (the record of theirs is at `path`)."""
+  if newest is None:
+    return
+  old = _read_run_record(path)
+  if old is None:
+    logging.warning("%s has checkpoints but no readable %s (written before it existed): "
+                    "resuming from them unchecked", directory, path)
+    differences = []
+  else:
+    differences = _differences(old, record)
+  if newest > record["num_steps"]:
+    differences.append(f"config.num_steps={record['num_steps']} is below the newest "
+                       f"checkpoint's step {newest}")
+  if differences:
+    raise ValueError(f"{directory} holds checkpoints of a different training run "
+                     f"({'; '.join(differences)}); use a new workdir, or "
+                     "train(..., overwrite=True) to discard them")
+
+
 def train(*, init_fn: Callable[[jax.Array], Any],
           loss_fn: Callable[[Any, Any, jax.Array], tuple[jax.Array, Mapping[str, jax.Array]]],
           batch_fn: Callable[[int, int], Any],
@@ -367,7 +510,8 @@ def train(*, init_fn: Callable[[jax.Array], Any],
           config: ml_collections.ConfigDict,
           workdir: str | os.PathLike,
           mesh: jax.sharding.Mesh | None = None,
-          gradient_free: bool = False) -> TrainResult:
+          gradient_free: bool = False,
+          overwrite: bool = False) -> TrainResult:
   """Trains `init_fn`'s parameters on `loss_fn` with `optimizer`, resuming from `workdir`.
 
   Args:
@@ -389,6 +533,8 @@ def train(*, init_fn: Callable[[jax.Array], Any],
       have a "data" axis; batches are split over it and parameters replicated.
     gradient_free: update without gradients (zeroth-order estimators,
       evolution strategies): see the module docstring.
+    overwrite: discard the checkpoints already in `workdir/checkpoints` and
+      train from scratch (e.g. after changing the config on purpose).
 
   Returns:
     `TrainResult(state, history)`: the state after `config.num_steps` updates
@@ -396,7 +542,12 @@ def train(*, init_fn: Callable[[jax.Array], Any],
     and the metrics logged by this call.
 
   Raises:
-    ValueError / TypeError: for invalid config or arguments, before any work.
+    ValueError / TypeError: for invalid config or arguments, or a workdir that is
+      a file or not writable, before any work.
+    ValueError: if `workdir` holds checkpoints of a different run (another
+      seed, batch size, optimizer, parameter or optimizer-state shapes, or more
+      steps than `config.num_steps`), or holds checkpoints none of which
+      restores; the message names the differences and the ways out.
     NonFiniteError: (a FloatingPointError) if a loss, metric or the state is
       NaN/Inf; that state is not checkpointed.
   """
@@ -408,6 +559,10 @@ def train(*, init_fn: Callable[[jax.Array], Any],
       raise TypeError(f"{name} must be callable, got {fn!r}")
   if not isinstance(optimizer, optax.GradientTransformation):
     raise TypeError(f"optimizer must be an optax.GradientTransformation, got {optimizer!r}")
+  if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
+    raise TypeError(f"mesh must be a jax.sharding.Mesh or None, got {type(mesh).__name__}")
+  workdir = trials.ensure_directory(workdir, "workdir")
+  user_optimizer = optimizer
   # Unhashable callables cannot be jit static arguments: wrap them once per call.
   init_fn, loss_fn = _hashable(init_fn), _hashable(loss_fn)
   if gradient_free:  # Extra arguments reach the transformations that take them.
@@ -424,7 +579,6 @@ def train(*, init_fn: Callable[[jax.Array], Any],
                      f"{mesh.shape[DATA_AXIS]} devices on mesh axis {DATA_AXIS!r}")
 
   num_steps, seed = int(config.num_steps), int(config.seed)
-  workdir = os.fspath(workdir)
   is_chief = jax.process_index() == 0
   init_key, step_key = jax.random.split(jax.random.PRNGKey(seed))
 
@@ -443,22 +597,36 @@ def train(*, init_fn: Callable[[jax.Array], Any],
                          f"config.batch_size={config.batch_size}")
     return shard_batch(batch, mesh)
 
-  manager = checkpoint.make_manager(os.path.join(workdir, CHECKPOINT_SUBDIR),
-                                    keep=int(config.keep_checkpoints))
+  directory = os.path.abspath(os.path.join(workdir, CHECKPOINT_SUBDIR))
+  record_path = os.path.join(workdir, RUN_RECORD)
+  record = _run_record(config, abstract_state, user_optimizer, bool(gradient_free))
+  if overwrite and os.path.isdir(directory):
+    if is_chief:
+      logging.warning("overwrite=True: discarding the checkpoints in %s", directory)
+      shutil.rmtree(directory)
+      if os.path.exists(record_path):
+        os.remove(record_path)
+    _sync("overwrite")
+  manager = checkpoint.make_manager(directory, keep=int(config.keep_checkpoints))
   try:
-    start = checkpoint.latest_step(manager)
+    _check_run(directory, record_path, record, checkpoint.latest_step(manager))
+
+    def check_step(step, restored):
+      if int(jax.device_get(restored.step)) != step:
+        raise ValueError(f"it holds state.step={int(jax.device_get(restored.step))}")
+
+    start, state = checkpoint.restore_newest(manager, abstract_state, state_shardings,
+                                             check=check_step)
     if start is None:
       start = 0
       state = init_train_state(init_key, init_fn=init_fn, optimizer=optimizer, mesh=mesh)
     else:
       logging.info("Resuming from checkpoint step %d in %s", start, workdir)
-      state = checkpoint.restore(manager, start, abstract_state, state_shardings)
-      if int(jax.device_get(state.step)) != start:
-        raise ValueError(f"checkpoint {start} holds state.step="
-                         f"{int(jax.device_get(state.step))}; expected {start}")
+    if is_chief:
+      trials.atomic_write_bytes(record_path, json.dumps(record, indent=1).encode())
     if start >= num_steps:
-      logging.warning("Checkpoint step %d >= config.num_steps=%d: nothing to train.",
-                      start, num_steps)
+      logging.info("Checkpoint step %d is config.num_steps=%d: nothing to train.",
+                   start, num_steps)
       return TrainResult(state, [])
 
     history = []
@@ -510,6 +678,13 @@ def train(*, init_fn: Callable[[jax.Array], Any],
   finally:
     manager.wait_until_finished()
     manager.close()
+
+
+def _sync(name: str) -> None:
+  """A barrier across processes (a no-op with one process)."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    multihost_utils.sync_global_devices(name)
 
 
 def _save_on_exit(manager, step: int, state: TrainState, pending) -> None:

@@ -17,7 +17,9 @@ A TrialLog:
         if key not in log.done(lambda row: row["key"]):
           log.append({"key": key, "value": measure(key)})
 
-Lines cut by an interruption are skipped when reading; rows are flushed one by one.
+Lines cut by an interruption (a torn last line, a run of NUL bytes, undecodable
+bytes) are skipped when reading, with one logged line; the next append starts a
+fresh line after them. Rows are flushed one by one.
 
 A stage:
 
@@ -31,6 +33,7 @@ import hashlib
 import io
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
@@ -48,6 +51,23 @@ def _plain(value: Any) -> Any:
   return value
 
 
+def _fingerprint_default(value: Any) -> Any:
+  """JSON for the values a config may hold beyond JSON's own: NumPy scalars and
+  arrays by value, sets sorted (so every process hashes them alike)."""
+  if isinstance(value, (set, frozenset)):
+    return sorted(value, key=repr)
+  if isinstance(value, np.generic) or hasattr(value, "__array__"):
+    array = np.asarray(value)
+    return array.item() if array.ndim == 0 else array.tolist()
+  return list(value)
+
+
+def _check_fingerprint(fingerprint: Any) -> None:
+  if not isinstance(fingerprint, str):
+    raise TypeError(f"fingerprint must be a str (from config_fingerprint), got "
+                    f"{type(fingerprint).__name__}")
+
+
 def config_fingerprint(config: Any, exclude: Iterable[str] = ("preset",), salt: str = "") -> str:
   """A 16-hex-digit hash of every config key except `exclude`, plus `salt`.
 
@@ -55,13 +75,24 @@ def config_fingerprint(config: Any, exclude: Iterable[str] = ("preset",), salt: 
     config: a ConfigDict (sub-configs included) or a mapping; pass a sub-config
       (`config.estimator`) to key a stage on just the keys it reads.
     exclude: keys that only select which trials run, not what a trial computes;
-      dotted keys ("train.log_every") reach into sub-configs.
+      dotted keys ("train.log_every") reach into sub-configs. A sequence of
+      names: a bare string is an error (it would exclude its letters).
     salt: an extra string mixed in (e.g. the stage or case name).
 
   Returns:
     16 hex digits; equal configs give equal fingerprints in every process.
+
+  Raises:
+    TypeError: if `exclude` is a string or holds a non-string, or `salt` is not a string.
   """
+  if isinstance(exclude, (str, bytes)) or not all(isinstance(k, str) for k in exclude):
+    raise TypeError(f"exclude must be a sequence of key names such as ('preset',), got "
+                    f"{exclude!r}")
+  if not isinstance(salt, str):
+    raise TypeError(f"salt must be a str, got {type(salt).__name__}")
   plain = _plain(config)
+  if not isinstance(plain, dict):
+    raise TypeError(f"config must be a ConfigDict or a mapping, got {type(config).__name__}")
   for key in exclude:
     *parents, leaf = key.split(".")
     node = plain
@@ -69,7 +100,8 @@ def config_fingerprint(config: Any, exclude: Iterable[str] = ("preset",), salt: 
       node = node.get(part, {}) if isinstance(node, dict) else {}
     if isinstance(node, dict):
       node.pop(leaf, None)
-  blob = json.dumps({k: plain[k] for k in sorted(plain)}, sort_keys=True, default=list)
+  blob = json.dumps({k: plain[k] for k in sorted(plain)}, sort_keys=True,
+                    default=_fingerprint_default)
   return hashlib.sha256((salt + blob).encode()).hexdigest()[:16]
 
 
@@ -93,6 +125,45 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
   os.replace(tmp, path)
 
 
+def ensure_directory(path: str | os.PathLike, name: str = "workdir") -> str:
+  """Creates directory `path` if needed and checks that files can be written in it.
+
+  Entrypoints and runners call it before any work, so a bad workdir fails at once
+  with one line instead of after the first trial's compute.
+
+  Args:
+    path: the directory (it may not exist yet).
+    name: what to call it in the error (the argument or flag name).
+
+  Returns:
+    `path` as a string.
+
+  Raises:
+    ValueError: one line naming `name` and the path: it is empty, it (or a parent)
+      is a file, or no directory can be created or written there (e.g. `/proc/x`).
+  """
+  if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+    raise ValueError(f"{name} must be a non-empty path, got {path!r}")
+  path = os.fspath(path)
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise ValueError(f"{name} {path!r} is a file; expected a directory (or a path that "
+                     "does not exist yet)")
+  try:
+    os.makedirs(path, exist_ok=True)
+    fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=path)
+    os.close(fd)
+    os.remove(probe)
+  except OSError as e:
+    parent = os.path.abspath(path)
+    while not os.path.isdir(parent):
+      parent = os.path.dirname(parent)
+    raise ValueError(f"{name} {path!r} is not a writable directory: cannot create or write "
+                     f"it ({e.strerror or type(e).__name__}; nearest existing directory "
+                     f"{parent!r}); expected a path where a directory can be created and "
+                     "written") from None
+  return path
+
+
 STAGES_SUBDIR = "stages"
 _FINGERPRINT_KEY = "__fingerprint__"
 
@@ -109,6 +180,7 @@ def read_stage(workdir: str, name: str, fingerprint: str, kind: str = "json") ->
 
   A file that cannot be read (cut short, corrupted) counts as missing.
   """
+  _check_fingerprint(fingerprint)
   path = stage_path(workdir, name, kind)
   if not os.path.exists(path):
     return None
@@ -163,7 +235,13 @@ def cached_stage(workdir: str, name: str, fingerprint: str, compute: Callable[[]
   Returns:
     The value as stored: a fresh and a resumed run see the same types (JSON
     mapping keys are strings).
+
+  Raises:
+    TypeError: if `fingerprint` is not a str or `compute` is not callable, before
+      computing anything.
   """
+  if not callable(compute):
+    raise TypeError(f"compute must be a callable () -> value, got {compute!r}")
   value = read_stage(workdir, name, fingerprint, kind)
   if value is not None:
     logging.info("stage %s: reused from %s", name, stage_path(workdir, name, kind))
@@ -175,17 +253,30 @@ def cached_stage(workdir: str, name: str, fingerprint: str, compute: Callable[[]
 
 
 def read_trials(path: str, fingerprint: str) -> list[dict]:
-  """The rows of `path` written under `fingerprint`, in file order."""
-  rows = []
+  """The rows of `path` written under `fingerprint`, in file order.
+
+  Lines that are not a JSON object (cut by an interruption, NUL padding left by a
+  crash, undecodable bytes) are skipped with one logged line.
+  """
+  rows, bad = [], []
   if os.path.exists(path):
-    with open(path) as f:
-      for line in f:
+    with open(path, "rb") as f:
+      for number, line in enumerate(f, 1):
+        if not line.strip(b"\0 \t\r\n"):
+          bad += [number] if line.strip() else []
+          continue
         try:
           row = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by an interruption
+        except ValueError:  # a line cut by an interruption (or not UTF-8)
+          bad.append(number)
           continue
-        if isinstance(row, dict) and row.get("fingerprint") == fingerprint:
+        if not isinstance(row, dict):
+          bad.append(number)
+        elif row.get("fingerprint") == fingerprint:
           rows.append(row)
+  if bad:
+    logging.warning("%s: skipped %d unreadable line(s) (line %s), cut by an interruption",
+                    path, len(bad), ", ".join(map(str, bad[:5])))
   return rows
 
 
@@ -193,6 +284,7 @@ class TrialLog:
   """Appends fingerprinted rows to a JSONL file; `rows` holds those already there."""
 
   def __init__(self, path: str, fingerprint: str):
+    _check_fingerprint(fingerprint)
     self.path, self.fingerprint = path, fingerprint
     self.rows = read_trials(path, fingerprint)
     self._file = None

@@ -9,7 +9,7 @@
    hierarchies (``naive_random``, ``naive_voxel``), and the single-level network of
    the same depth (``single_level``), each trained with the shared loop
    (``config.train``) on the standardised training states under
-   ``workdir/<model>/seed_<s>`` for ``num_seeds`` training seeds.
+   ``workdir/<model>/seed_<s>-<fingerprint>`` for ``num_seeds`` training seeds.
 3. Evaluation (``config.eval``): per model and condition, ``num_samples`` generated
    states against the simulated ones: relative errors of the per-node mean and std
    fields and the per-node W1 (``methods.cgfm.metrics``), over all nodes and over the
@@ -217,18 +217,24 @@ def train_and_evaluate(config, workdir: str, prep: Prepared, name: str, method, 
                            num_layers=model.mlp_layers,
                            num_levels=len(model.coarsening_ratios) + 1)
   start = time.time()
-  params, loss = train_model(net, graph, prep, config, seed,
-                             os.path.join(workdir, name, f"seed_{seed}"))
+  params, loss = train_model(net, graph, prep, config, seed, os.path.join(
+      workdir, name, f"seed_{seed}-{trials_fingerprint(config)[:12]}"))
   seconds = time.time() - start
   errors, samples = evaluate(net, params, graph, prep, all_reynolds(config.data), config.eval,
                              jax.random.PRNGKey(seed + 1000))
   return trial_row(name, seed, loss, errors, config.data, seconds), samples
 
 
+def trials_fingerprint(config) -> str:
+  """What a trial row and its trained weights depend on (every key but the preset name
+  and the list of naive variants, since each variant is its own row and folder)."""
+  return trials.config_fingerprint(config, exclude=("preset", "model.naive_coarsening"))
+
+
 def run_trials(config, workdir: str, prep: Prepared, plot_re: float | None):
   """{model: [row per seed]}, resumed from ``trials.jsonl``, and {model: samples at
   ``plot_re``} from each model's first seed (retrained from its checkpoint if logged)."""
-  fingerprint = trials.config_fingerprint(config, exclude=("preset", "model.naive_coarsening"))
+  fingerprint = trials_fingerprint(config)
   seeds = [config.train.seed + k for k in range(config.num_seeds)]
   seed_rows, plot_samples = {}, {}
   with trials.TrialLog(os.path.join(workdir, "trials.jsonl"), fingerprint) as log:

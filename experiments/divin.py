@@ -18,8 +18,8 @@ Image case (``image.enabled``): the same sweep on the bundled 8x8 digits with
 ``common.models.cnn.ConditionalCNN``; quality is the k-NN density against the real
 images of the class, diversity the Vendi score and k-NN coverage.
 
-Trained parameters are checkpointed by the training loop (``workdir/<case>_train``);
-every finished point is appended to ``workdir/points.jsonl`` (a ``TrialLog`` keyed by
+Trained parameters are checkpointed by the training loop in
+``workdir/<case>_train-<fingerprint>`` (a changed config trains afresh); every finished point is appended to ``workdir/points.jsonl`` (a ``TrialLog`` keyed by
 the fingerprint of the sub-configs the case reads) and skipped on a rerun, so an
 interrupted run resumes. The samples drawn in the toy plot are a stage
 (``workdir/stages/toy_samples.npz``).
@@ -123,10 +123,10 @@ def run_case(case: str, config, workdir: str) -> tuple[list, float, dict]:
 
   Returns (rows, final training loss, {name: samples} for the toy plot ({} for image)).
   """
-  c = config[case]
+  c, fingerprint = config[case], _fingerprint(config, case)
   model, example, num_classes, batch_fn, shape, evaluate = _case_setup(case, config)
   params, loss = train_flow(model, example, num_classes, batch_fn, c, config.p_uncond,
-                            os.path.join(workdir, f"{case}_train"))
+                            os.path.join(workdir, f"{case}_train-{fingerprint[:12]}"))
   key = jax.random.fold_in(jax.random.PRNGKey(config.seed + 7), 0 if case == "toy" else 1)
 
   def draw(point):
@@ -138,7 +138,7 @@ def run_case(case: str, config, workdir: str) -> tuple[list, float, dict]:
         rollout_steps=c.rollout_steps, scheme=config.langevin.scheme,
         cads_t1=float(config.cads.t1), cads_t2=float(config.cads.t2))
 
-  fingerprint, points = _fingerprint(config, case), sweep_points(c)
+  points = sweep_points(c)
   plotted = _plotted(config) if case == "toy" else {}
   kept, rows = {}, []
   with trials.TrialLog(os.path.join(workdir, "points.jsonl"), fingerprint) as log:

@@ -6,8 +6,9 @@
 The config file is executed once; its ``method`` names the registered experiment,
 whose runner (``common.report.register``) validates the config, runs it in the
 workdir and saves ``workdir/result.json`` atomically. A missing file, a bad preset,
-an unknown override key (dotted keys reach into sub-configs) or an invalid value
-stops with a one-line error before any work.
+an unknown override key (dotted keys reach into sub-configs), an invalid value or a
+workdir that is a file or not writable stops with a one-line error (exit status 2)
+before any work.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import ml_collections
 
 from common import config as config_lib
 from common import report
+from common import trials
 from experiments import registry
 
 FLAGS = flags.FLAGS
@@ -95,11 +97,15 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def run_experiment(config, workdir: str) -> report.Result:
-  """Runs the registered experiment ``config.method`` in ``workdir`` (through its runner)."""
+  """Runs the registered experiment ``config.method`` in ``workdir`` (through its runner).
+
+  A bad config or workdir dies with one line (exit status 2) before any work.
+  """
   registry.load_all()
   try:
     experiment = report.get(config.method)
     registry.config_module(config.method).validate(config)
+    trials.ensure_directory(workdir, "--workdir")
   except (config_lib.ConfigError, ValueError) as e:
     config_lib.die(e)
   return experiment.run(config, workdir)

@@ -5,7 +5,8 @@
 Each experiment runs in ``workdir/<name>/`` and saves its ``result.json``
 atomically. If an experiment fails, its last good result (if any) stays in the
 report marked stale, the error is printed on one line, and the exit status is 1:
-a broken run never replaces a good result.
+a broken run never replaces a good result. Bad names, presets or a workdir that is a
+file or not writable stop with a one-line error (exit status 2) before any run.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from absl import flags
 
 from common import config as config_lib
 from common import report
+from common import trials
 from experiments import registry
 
 flags.DEFINE_list("only", None, "Comma-separated experiment names (default: all).")
@@ -28,7 +30,12 @@ FLAGS = flags.FLAGS
 
 
 def reproduce(names: list[str] | None, preset: str, workdir: str) -> tuple[str, list[str]]:
-  """Runs the experiments; returns (report text, names that failed)."""
+  """Runs the experiments; returns (report text, names that failed).
+
+  Raises:
+    ValueError: (``ConfigError`` for names and presets) before any run, for an
+      unknown name or preset, an invalid config, or a bad ``workdir``.
+  """
   registry.load_all()
   experiments = report.registered()
   names = list(experiments) if not names else names
@@ -39,6 +46,7 @@ def reproduce(names: list[str] | None, preset: str, workdir: str) -> tuple[str, 
   configs = {n: registry.config_module(n).get_config(preset) for n in names}
   for n, config in configs.items():
     registry.config_module(n).validate(config)
+  trials.ensure_directory(workdir, "--workdir")
   entries, failed = {}, []
   for name in names:
     exp_dir = os.path.join(workdir, name)
@@ -68,7 +76,7 @@ def main(argv):
   del argv
   try:
     text, failed = reproduce(FLAGS.only, FLAGS.preset, FLAGS.workdir)
-  except config_lib.ConfigError as e:
+  except ValueError as e:  # ConfigError included: names, presets, configs, workdir.
     config_lib.die(e)
   print(text)
   if failed:

@@ -7,9 +7,47 @@ Python boundary, before any tracing or compute, so they cost nothing under `jit`
 """
 
 import dataclasses
+import json
+import os
+import tempfile
 from typing import Any, Callable
 
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
 import pytest
+
+from common import checkpoint as checkpoint_lib
+from common import config as config_lib
+from common import kernels
+from common import report as report_lib
+from common import sharding as sharding_lib
+from common import train as train_lib
+from common import trials as trials_lib
+from common.data import causal
+from common.data import fluid_meshes, lbm, mechanisms, text
+from common.data.tokenizers import ByteTokenizer, HFTokenizer
+from common.models import hf
+from common.models import logprobs as lm_logprobs
+from common.models import sampling as lm_sampling
+from common.models import transformer as lm_tfm
+from methods import cgfm
+from methods import divin
+from methods import flow_matching as fm
+from methods import kernel_ridge as kr
+from methods import rabitq_attention as ra
+from methods import susceptibility as sus
+from methods import zeroth_order as zo
+from methods.divin import metrics as divin_metrics
+from methods.flow_matching import closed_form as fm_closed_form
+from methods.kernel_ridge import krr
+from methods.unlearning import certificate
+from methods.unlearning import metrics as unlearning_metrics
+from methods.unlearning import objective as unlearning_objective
+from methods.zeroth_order import recipes as zo_recipes
+from methods.zeroth_order import task as zo_task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,8 +58,472 @@ class Case:
   match: str                   # a regex fragment of the message (names the argument)
 
 
-CASES: list[Case] = [
+
+# --- Run machinery: training loop, checkpoints, trials, runner, configs, sharding.
+
+def _runs_file() -> str:
+  """A fresh regular file, to pass where a directory is expected."""
+  fd, path = tempfile.mkstemp(prefix="not_a_dir_")
+  os.close(fd)
+  return path
+
+
+def _runs_train(workdir=None, optimizer=None, mesh=None, **overrides):
+  config = train_lib.default_train_config(num_steps=2, batch_size=4, progress_bar=False)
+  config.update(overrides)
+  return train_lib.train(
+      init_fn=lambda key: {"w": jnp.zeros(3)},
+      loss_fn=lambda params, batch, key: (jnp.sum(params["w"] ** 2), {}),
+      batch_fn=lambda seed, step: {"x": np.zeros((4, 3), np.float32)},
+      optimizer=optax.sgd(0.1) if optimizer is None else optimizer, config=config,
+      workdir=tempfile.mkdtemp() if workdir is None else workdir, mesh=mesh)
+
+
+def _runs_experiment(workdir):
+  return report_lib.run_experiment("demo", lambda config, w: None,
+                                   ml_collections.ConfigDict({"n": 1}), workdir)
+
+
+ROWS_RUNS = [
+    Case("runs/train_workdir_is_a_file", lambda: _runs_train(workdir=_runs_file()),
+         ValueError, r"workdir '.*not_a_dir_.*' is a file; expected a directory"),
+    Case("runs/train_workdir_not_writable", lambda: _runs_train(workdir="/proc/x"),
+         ValueError, r"workdir '/proc/x' is not a writable directory"),
+    Case("runs/train_workdir_empty", lambda: _runs_train(workdir=""),
+         ValueError, r"workdir must be a non-empty path"),
+    Case("runs/runner_workdir_is_a_file", lambda: _runs_experiment(_runs_file()),
+         ValueError, r"workdir '.*not_a_dir_.*' is a file"),
+    Case("runs/runner_workdir_not_writable", lambda: _runs_experiment("/proc/x"),
+         ValueError, r"workdir '/proc/x' is not a writable directory"),
+    Case("runs/train_num_steps_zero", lambda: _runs_train(num_steps=0),
+         ValueError, r"config.num_steps must be an int >= 1, got 0"),
+    Case("runs/train_optimizer_not_optax", lambda: _runs_train(optimizer="adam"),
+         TypeError, r"optimizer must be an optax.GradientTransformation"),
+    Case("runs/train_mesh_not_a_mesh", lambda: _runs_train(mesh="data"),
+         TypeError, r"mesh must be a jax.sharding.Mesh or None, got str"),
+    Case("runs/checkpoint_float_step", lambda: checkpoint_lib.save(
+        checkpoint_lib.make_manager(tempfile.mkdtemp(), keep=1), 3.5, {"w": jnp.zeros(2)}),
+         ValueError, r"checkpoint step must be an int >= 0, got 3.5"),
+    Case("runs/checkpoint_keep_zero", lambda: checkpoint_lib.make_manager(
+        tempfile.mkdtemp(), keep=0), ValueError, r"keep must be an int >= 1, got 0"),
+    Case("runs/fingerprint_exclude_is_a_string", lambda: trials_lib.config_fingerprint(
+        {"n": 1, "ns": 2}, exclude="ns"), TypeError, r"exclude must be a sequence of key names"),
+    Case("runs/trial_log_fingerprint_not_a_str", lambda: trials_lib.TrialLog(
+        os.path.join(tempfile.mkdtemp(), "t.jsonl"), {"lr": 0.1}),
+         TypeError, r"fingerprint must be a str .*got dict"),
+    Case("runs/cached_stage_fingerprint_not_a_str", lambda: trials_lib.cached_stage(
+        tempfile.mkdtemp(), "s", 123, lambda: 1), TypeError, r"fingerprint must be a str"),
+    Case("runs/stage_kind_unknown", lambda: trials_lib.stage_path("/tmp", "s", kind="pkl"),
+         ValueError, r"stage kind must be 'json' or 'npz', got 'pkl'"),
+    Case("runs/mesh_shape_float", lambda: sharding_lib.make_mesh((1.5,)),
+         TypeError, r"mesh_shape must be None or a sequence of ints, got \(1.5,\)"),
+    Case("runs/mesh_axis_names_string", lambda: sharding_lib.make_mesh((-1,), axis_names="data"),
+         TypeError, r"axis_names must be a sequence of names"),
+    Case("runs/shard_batch_string_leaf", lambda: sharding_lib.shard_batch(
+        {"s": np.array(["a", "b"])}, sharding_lib.make_mesh()),
+         TypeError, r"batch leaf \['s'\] has dtype <U1"),
+    Case("runs/config_in_range_bool", lambda: config_lib.in_range(
+        ml_collections.ConfigDict({"p": True}), "p", 0, 2),
+         config_lib.ConfigError, r"config.p=True is invalid: expected a number in \(0, 2\)"),
+    Case("runs/config_one_of_string_allowed", lambda: config_lib.one_of(
+        ml_collections.ConfigDict({"kind": "a"}), "kind", "abc"),
+         TypeError, r"allowed must be a sequence of values, got the string 'abc'"),
+    Case("runs/config_unknown_preset", lambda: config_lib.build(
+        "demo", {"n": 1}, {"quick": {}}, "huge"),
+         config_lib.ConfigError, r"unknown preset 'huge' for demo; allowed: quick"),
+    Case("runs/passes_in_without_a_pair", lambda: report_lib.passes(0.5, "in", 1.0),
+         ValueError, r"threshold for op 'in' must be a \(low, high\) pair, got 1.0"),
 ]
+
+
+# --- Loaders: HF checkpoints, tokenizers, text, mechanisms, LBM and mesh data.
+
+_LLAMA = {"model_type": "llama", "vocab_size": 11, "hidden_size": 8, "num_hidden_layers": 1,
+          "num_attention_heads": 2, "intermediate_size": 16}
+
+
+def _hf_folder(config=_LLAMA, weights=None, extra=()):
+  """A throwaway model folder: config.json (a dict, or raw text), model.safetensors
+  (raw bytes) and extra files {name: bytes}; the weights need not match the config,
+  the checks under test fire before they are read."""
+  from safetensors.numpy import save as save_bytes
+  folder = tempfile.mkdtemp(prefix="bad_hf_")
+  with open(os.path.join(folder, "config.json"), "w") as f:
+    f.write(config if isinstance(config, str) else json.dumps(config))
+  if weights is None:
+    weights = save_bytes({"model.norm.weight": np.ones(8, np.float32)})
+  with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+    f.write(weights)
+  for name, data in dict(extra).items():
+    with open(os.path.join(folder, name), "wb") as f:
+      f.write(data)
+  return folder
+
+
+def _stray_file():
+  from safetensors.numpy import save as save_bytes
+  return _hf_folder(extra={"old_backup.safetensors": save_bytes({"x": np.zeros(2, np.float32)})})
+
+
+def _truncated_weights():
+  from safetensors.numpy import save as save_bytes
+  return _hf_folder(weights=save_bytes({"x": np.zeros(64, np.float32)})[:100])
+
+
+def _npz(**arrays):
+  path = os.path.join(tempfile.mkdtemp(prefix="bad_npz_"), "flow.npz")
+  base = dict(pos=np.zeros((4, 2)), triangles=np.array([[0, 1, 2]]),
+              states=np.zeros((3, 4, 3)), cond=np.zeros(3))
+  np.savez(path, **{**base, **arrays})
+  return path
+
+
+_NAN_STATES = np.zeros((3, 4, 3))
+_NAN_STATES[1, 2, 0] = np.nan
+_TEXT_TOKENS = np.arange(100, dtype=np.int32)
+
+ROWS_LOADERS = [
+    Case("hf/stray_safetensors_beside_model", lambda: hf.load_hf_checkpoint(_stray_file()),
+         ValueError, r"\['old_backup.safetensors'\] beside model.safetensors"),
+    Case("hf/truncated_safetensors", lambda: hf.load_hf_checkpoint(_truncated_weights()),
+         ValueError, r"model.safetensors is not a readable safetensors file"),
+    Case("hf/config_json_cut_short", lambda: hf.load_hf_checkpoint(_hf_folder(json.dumps(_LLAMA)[:30])),
+         ValueError, r"config.json is not valid JSON \(.*: line 1 column"),
+    Case("hf/config_json_missing_hidden_size",
+         lambda: hf.load_hf_checkpoint(_hf_folder({k: v for k, v in _LLAMA.items() if k != "hidden_size"})),
+         ValueError, r"config.json is missing required keys \['hidden_size'\]"),
+    Case("hf/config_string_size", lambda: hf.config_from_hf({**_LLAMA, "hidden_size": "8"}),
+         ValueError, r"hidden_size='8'; expected a positive integer"),
+    Case("hf/corrupt_tokenizer_json",
+         lambda: hf.load_hf_checkpoint(_hf_folder(extra={"tokenizer.json": b'{"version": '})),
+         ValueError, r"tokenizer.json is not a readable tokenizer.json"),
+    Case("hf/path_is_a_file_not_a_folder",
+         lambda: hf.load_hf_checkpoint(os.path.join(_hf_folder(), "config.json")),
+         ValueError, r"config.json' is a file; expected the model folder"),
+    Case("hf/llama3_rope_missing_keys",
+         lambda: hf.config_from_hf({**_LLAMA, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}),
+         ValueError, r"rope scaling type 'llama3' needs keys \['low_freq_factor'"),
+    Case("tokenizers/hf_tokenizer_corrupt_file",
+         lambda: HFTokenizer(os.path.join(_hf_folder(extra={"tokenizer.json": b"{"}), "tokenizer.json")),
+         ValueError, r"tokenizer.json is not a readable tokenizer.json"),
+    Case("tokenizers/byte_decode_float_ids", lambda: ByteTokenizer().decode([104.7, 105.2]),
+         TypeError, r"ids has dtype float64; expected integer"),
+    Case("tokenizers/byte_decode_out_of_vocab", lambda: ByteTokenizer().decode([1, 256]),
+         ValueError, r"ids\[1\]=256 is outside the vocabulary"),
+    Case("text/window_batch_float_tokens", lambda: text.window_batch(_TEXT_TOKENS + 0.5, 0, 0, 2, 8),
+         TypeError, r"data has dtype float64; expected integer"),
+    Case("text/window_batch_zero_batch", lambda: text.window_batch(_TEXT_TOKENS, 0, 0, 0, 8),
+         ValueError, r"batch_size=0; expected an int >= 1"),
+    Case("text/eval_windows_zero_seq_len", lambda: next(text.eval_windows(_TEXT_TOKENS, 0, 2)),
+         ValueError, r"seq_len=0; expected an int >= 1"),
+    Case("text/unigram_id_past_vocab",
+         lambda: text.unigram_cross_entropy_bits(_TEXT_TOKENS, np.array([1, 300])),
+         ValueError, r"evaluate\[1\]=300 is outside the vocabulary"),
+    Case("text/unigram_empty_evaluate",
+         lambda: text.unigram_cross_entropy_bits(_TEXT_TOKENS, np.array([], np.int32)),
+         ValueError, r"evaluate is empty"),
+    Case("mechanisms/nan_probability", lambda: mechanisms.mechanism_batch(0, 0, 1, 8, p_pair=float("nan")),
+         ValueError, r"probabilities \(nan"),
+    Case("mechanisms/stratified_zero_per_mechanism",
+         lambda: mechanisms.stratified_sample(np.array([0, 1]), 0, seed=0),
+         ValueError, r"per_mechanism=0; expected an int >= 1"),
+    Case("lbm/nan_center", lambda: lbm.make_geometry(80, 24, diameter=6.0, center=(float("nan"), 12.0)),
+         ValueError, r"geometry cx=nan; expected a finite number"),
+    Case("lbm/non_integer_nx", lambda: lbm.make_geometry(80.7, 24, diameter=6.0),
+         TypeError, r"nx=80.7; expected an int"),
+    Case("lbm/poiseuille_nan_force", lambda: lbm.simulate_poiseuille(10, 0.8, float("nan"), 10),
+         ValueError, r"force=nan; expected a finite number"),
+    Case("lbm/poiseuille_nan_magic",
+         lambda: lbm.simulate_poiseuille(10, 0.8, 1e-5, 10, magic=float("nan")),
+         ValueError, r"magic=nan; expected a finite TRT magic parameter"),
+    Case("fluid_meshes/nan_states", lambda: fluid_meshes.load_npz(_npz(states=_NAN_STATES)),
+         ValueError, r"flow.npz: npz key 'states' holds nan at index \(1, 2, 0\)"),
+    Case("fluid_meshes/empty_states",
+         lambda: fluid_meshes.load_npz(_npz(states=np.zeros((0, 4, 3)), cond=np.zeros(0))),
+         ValueError, r"'states' must have shape \(M, 4, C\) with M, C >= 1"),
+]
+
+
+# --- The LM stack, zeroth-order optimisers and RaBitQ attention.
+
+# A tiny LM config; the checks run before any parameter is read, so params can be {}.
+_LM = lm_tfm.Transformer(lm_tfm.llama_config(vocab_size=37, d_model=16, num_layers=1,
+                                             num_heads=2, d_ff=16, max_seq_len=16))
+_TOKENS = np.arange(8, dtype=np.int32).reshape(2, 4)
+_OOV = np.where(_TOKENS == 5, 37, _TOKENS)           # id 37 at [1, 1]: one past the vocabulary
+_FULL_CACHE = lm_tfm.KVCache(jnp.zeros((1, 2, 8, 2, 8)), jnp.zeros((1, 2, 8, 2, 8)),
+                             jnp.asarray(6, jnp.int32))
+_ZO_PARAMS = {"a": {"kernel": jnp.zeros((4, 3))}, "b": {"kernel": jnp.zeros((3, 2))}}
+_ZO_LOSS = lambda p, b: jnp.sum(p["a"]["kernel"] ** 2)
+_KEY = jax.random.PRNGKey(0)
+
+ROWS_LM = [
+    Case("transformer/out_of_vocabulary_token_id",
+         lambda: _LM.apply({"params": {}}, _OOV), ValueError,
+         r"tokens\[1, 1\] = 37 is out of the vocabulary; expected ids in \[0, 37\)"),
+    Case("transformer/negative_token_id",
+         lambda: _LM.apply({"params": {}}, -_TOKENS), ValueError, r"tokens\[0, 1\] = -1"),
+    Case("transformer/float_tokens",
+         lambda: _LM.apply({"params": {}}, _TOKENS.astype(np.float32)), TypeError,
+         r"tokens must be integer token ids, got dtype float32"),
+    Case("transformer/cache_overflow",
+         lambda: _LM.apply({"params": {}}, _TOKENS, _FULL_CACHE), ValueError,
+         r"cache overflow: cache.length \+ tokens = 6 \+ 4 = 10 .* holds 8"),
+    Case("transformer/config_rope_theta_zero",
+         lambda: lm_tfm.llama_config(rope_theta=0.0), ValueError,
+         r"TransformerConfig.rope_theta=0.0"),
+    Case("transformer/config_num_kv_heads_zero",
+         lambda: lm_tfm.llama_config(num_kv_heads=0), ValueError,
+         r"TransformerConfig.num_kv_heads=0"),
+    Case("transformer/rope_scaling_factor_zero",
+         lambda: lm_tfm.llama_config(rope_scaling=lm_tfm.RopeScaling("linear", 0.0)),
+         ValueError, r"RopeScaling.factor=0.0"),
+    Case("sampling/generate_out_of_vocabulary_prompt",
+         lambda: lm_sampling.generate(_LM, {}, _OOV, _KEY, max_new_tokens=2), ValueError,
+         r"prompt\[1, 1\] = 37 is out of the vocabulary"),
+    Case("sampling/generate_nan_temperature",
+         lambda: lm_sampling.generate(_LM, {}, _TOKENS, _KEY, max_new_tokens=2,
+                                      temperature=float("nan")), ValueError, r"temperature=nan"),
+    Case("sampling/generate_negative_max_new_tokens",
+         lambda: lm_sampling.generate(_LM, {}, _TOKENS, _KEY, max_new_tokens=-1), ValueError,
+         r"max_new_tokens=-1"),
+    Case("sampling/generate_empty_prompt",
+         lambda: lm_sampling.generate(_LM, {}, _TOKENS[:, :0], _KEY, max_new_tokens=2),
+         ValueError, r"prompt must be \(batch, time\) with time >= 1"),
+    Case("sampling/top_p_zero",
+         lambda: lm_sampling.top_p_logits(jnp.zeros(4), 0.0), ValueError, r"top_p=0.0"),
+    Case("logprobs/out_of_vocabulary_target",
+         lambda: lm_logprobs.sequence_logprob(jnp.zeros((1, 4, 8)), jnp.array([[1, 2, 8, 3]])),
+         ValueError, r"tokens\[0, 2\] = 8 is out of the vocabulary"),
+    Case("logprobs/mask_shape",
+         lambda: lm_logprobs.next_token_loss(jnp.zeros((1, 4, 8)), jnp.zeros((1, 4), jnp.int32),
+                                             jnp.ones((1, 4))), ValueError,
+         r"mask has shape \(1, 4\); expected \(1, 3\)"),
+    Case("zeroth_order/agzo_without_taps",
+         lambda: zo.activation_bases(_ZO_PARAMS, {}, _KEY, rank=2), ValueError,
+         r"no tap recorded for 2 of 2 linear layers \(a, b\).*untapped='isotropic'"),
+    Case("zeroth_order/agzo_tap_width_mismatch",
+         lambda: zo.activation_bases(_ZO_PARAMS, {"a": {"input": jnp.ones((5, 7))},
+                                                  "b": {"input": jnp.ones((5, 3))}},
+                                     _KEY, rank=2), ValueError,
+         r"taps\[a\]\['input'\] has shape \(5, 7\); expected \(\.\.\., 4\)"),
+    Case("zeroth_order/agzo_unknown_untapped_option",
+         lambda: zo.agzo(_ZO_LOSS, key=_KEY, untapped="gaussian"), ValueError,
+         r"untapped='gaussian'"),
+    Case("zeroth_order/mezo_infinite_eps",
+         lambda: zo.mezo(_ZO_LOSS, float("inf"), key=_KEY), ValueError,
+         r"mezo: eps=inf; expected a finite number > 0"),
+    Case("zeroth_order/lozo_float_rank",
+         lambda: zo.lozo(_ZO_LOSS, key=_KEY, rank=1.5), ValueError,
+         r"lozo: rank=1.5; expected an int >= 1"),
+    Case("zeroth_order/int_key",
+         lambda: zo.mezo(_ZO_LOSS, key=3), TypeError, r"key=3; expected a PRNG key"),
+    Case("zeroth_order/make_step_not_a_transformation",
+         lambda: zo.make_step(_ZO_LOSS), TypeError, r"make_step: tx=.*GradientTransformation"),
+    Case("zeroth_order/split_trainable_unknown_mode",
+         lambda: zo_task.split_trainable(_ZO_PARAMS, "lineer"), ValueError,
+         r"mode='lineer'; expected 'all' or 'linear'"),
+    Case("zeroth_order/recipe_unknown_name",
+         lambda: zo_recipes.optimizer("sgd", _ZO_LOSS, _ZO_LOSS, 1e-3, None, key=_KEY),
+         ValueError, r"name='sgd'"),
+    Case("zeroth_order/alignment_zero_draws",
+         lambda: zo.alignment_draws(None, _ZO_PARAMS, None, _ZO_PARAMS, _KEY, 0), ValueError,
+         r"num_draws=0"),
+    Case("rabitq/top_p_select_zero_mass",
+         lambda: ra.top_p_select(jnp.zeros(3), jnp.ones(3, bool), 0.0, 3), ValueError,
+         r"top_p_select: p=0.0"),
+    Case("rabitq/query_at_cosine_out_of_range",
+         lambda: ra.query_at_cosine(jnp.array([1.0, 0.0]), jnp.array([0.3, 2.0]),
+                                    jnp.array([1.5])), ValueError, r"query_at_cosine: cos="),
+    Case("rabitq/with_top_p_on_a_plain_cache",
+         lambda: ra.with_top_p(_FULL_CACHE, 0.9), ValueError, r"with_top_p: cache.state is None"),
+    Case("rabitq/config_float_budget",
+         lambda: ra.RaBitQConfig(max_budget=64.5), ValueError,
+         r"RaBitQConfig.max_budget=64.5; expected an int"),
+    Case("rabitq/quantize_query_zero_bits",
+         lambda: ra.quantize_query(jnp.ones((2, 32)), bits=0, randomized=False), ValueError,
+         r"quantize_query: bits=0"),
+]
+
+
+# --- Kernel ridge, flow matching and DivIn.
+
+_T = np.linspace(-1.0, 1.0, 12)
+_X = np.linspace(0.0, 1.0, 12)[:, None]
+_Y = _T ** 2 + _X[:, 0]
+_HYPER = kr.TwoStageHyper(0.5, 0.5, 1e-3, 0.5, 1e-3)
+
+
+def _with_nan(a, index):
+  a = np.array(a, dtype=float)
+  a[index] = np.nan
+  return a
+
+
+def _fm_loss_on(batch):
+  apply = lambda params, t, x, cond: x   # no network: the batch check runs first
+  return fm.make_loss_fn(apply)(None, batch, jax.random.PRNGKey(0))
+
+
+ROWS_REGRESSION_FLOWS = [
+    Case("kernel_ridge/nan_outcome", lambda: kr.fit_two_stage(_T, _X, _with_nan(_Y, 3), _HYPER),
+         ValueError, r"outcome y has a non-finite value nan at index 3"),
+    Case("kernel_ridge/inf_treatment", lambda: kr.fit_two_stage(
+        np.where(np.arange(12) == 5, np.inf, _T), _X, _Y, _HYPER),
+         ValueError, r"treatment t has a non-finite value inf at index 5"),
+    Case("kernel_ridge/nan_outcome_in_selection", lambda: kr.select_two_stage(
+        _T, _X, _with_nan(_Y, 0), jax.random.PRNGKey(0)),
+         ValueError, r"outcome y has a non-finite value nan at index 0"),
+    Case("kernel_ridge/hyper_as_plain_tuple", lambda: kr.fit_two_stage(
+        _T, _X, _Y, (0.5, 0.5, 1e-3, 0.5, 1e-3)),
+         TypeError, r"hyper must be a TwoStageHyper, got tuple"),
+    Case("kernel_ridge/infinite_ridge", lambda: kr.fit_two_stage(
+        _T, _X, _Y, _HYPER._replace(lam2=float("inf"))),
+         ValueError, r"lam2 must be finite, got inf"),
+    Case("kernel_ridge/zero_chunk_size", lambda: kr.fit_two_stage(_T, _X, _Y, _HYPER, chunk_size=0),
+         ValueError, r"chunk_size must be None or an int >= 1, got 0"),
+    Case("kernel_ridge/nan_in_selection_grid", lambda: kr.select_two_stage(
+        _T, _X, _Y, jax.random.PRNGKey(0), kr.SelectionGrid(lams2=(float("nan"),))),
+         ValueError, r"selection grid lams2 must be non-empty, > 0 and finite"),
+    Case("kernel_ridge/loo_select_zero_ridge", lambda: kr.loo_select(
+        [kernels.Kernel(0.5)], _T, _Y, (0.0,)),
+         ValueError, r"lams must be non-empty, > 0 and finite"),
+    Case("kernel_ridge/krr_fit_nan_targets", lambda: krr.fit(
+        kernels.Kernel(0.5), _T, _with_nan(_Y, 2), 1e-3),
+         ValueError, r"targets y has a non-finite value nan at index 2"),
+    Case("kernel_ridge/evaluation_grid_nan", lambda: kr.evaluation_grid(_with_nan(_T, 4)),
+         ValueError, r"treatments t has a non-finite value nan at index 4"),
+    Case("kernels/zero_lengthscale", lambda: kernels.Kernel(0.0)(_T, _T),
+         ValueError, r"kernel lengthscale must be finite and > 0, got 0.0"),
+    Case("causal/non_integer_sample_size", lambda: causal.overlap_design(jax.random.PRNGKey(0), 10.5),
+         ValueError, r"sample size n must be an integer >= 2, got 10.5"),
+    Case("causal/nan_noise", lambda: causal.overlap_design(jax.random.PRNGKey(0), 10,
+                                                           noise=float("nan")),
+         ValueError, r"noise must be finite and >= 0, got nan"),
+    Case("flow_matching/batch_missing_x1", lambda: _fm_loss_on(
+        {"x": jnp.zeros((4, 2)), "cond": jnp.zeros((4, 3))}),
+         ValueError, r"batch is missing keys \['x1'\]: expected keys \['x1', 'cond'\], got keys"),
+    Case("flow_matching/batch_not_a_dict", lambda: _fm_loss_on((jnp.zeros((4, 2)), jnp.zeros((4, 3)))),
+         TypeError, r"batch must be a dict with keys \['x1', 'cond'\]"),
+    Case("flow_matching/batch_cond_rows_differ", lambda: _fm_loss_on(
+        {"x1": jnp.zeros((4, 2)), "cond": jnp.zeros((5, 3))}),
+         ValueError, r"batch\['cond'\] must have shape \(4, C\)"),
+    Case("flow_matching/negative_sde_sigma", lambda: fm.sample_sde(
+        lambda t, x: -x, jnp.zeros((2, 2)), jax.random.PRNGKey(0), sigma=-1.0),
+         ValueError, r"sigma must be finite and >= 0"),
+    Case("flow_matching/zero_ode_steps", lambda: fm.sample_ode(lambda t, x: -x, jnp.zeros((2, 2)),
+                                                               num_steps=0),
+         ValueError, r"num_steps must be an int >= 1, got 0"),
+    Case("flow_matching/zero_cov_min", lambda: fm.rotated_gaussian(jax.random.PRNGKey(0), 3,
+                                                                   cov_min=0.0),
+         ValueError, r"cov_min must be finite and > 0"),
+    Case("flow_matching/zero_sinkhorn_eps", lambda: fm.sinkhorn_divergence(
+        jnp.zeros((3, 2)), jnp.ones((3, 2)), eps=0.0),
+         ValueError, r"eps must be finite and > 0"),
+    Case("flow_matching/mixture_weights_not_summing_to_one", lambda: fm.mixture_sample(
+        jax.random.PRNGKey(0), fm_closed_form.GaussianMixture(
+            jnp.array([0.5, 0.7]), jnp.zeros((2, 2)), jnp.stack([jnp.eye(2)] * 2)), 5),
+         ValueError, r"target.weights must be non-empty, >= 0 and sum to 1"),
+    Case("flow_matching/p_uncond_above_one", lambda: fm.make_loss_fn(lambda *a: 0.0, p_uncond=1.5),
+         ValueError, r"p_uncond must be finite and in \[0, 1\], got 1.5"),
+    Case("flow_matching/kl_dimension_mismatch", lambda: fm.gaussian_kl(
+        fm_closed_form.Gaussian(jnp.zeros(2), jnp.eye(2)),
+        fm_closed_form.Gaussian(jnp.zeros(3), jnp.eye(3))),
+         ValueError, r"p and q must have the same dimension, got 2 and 3"),
+    Case("divin/negative_langevin_step", lambda: divin.sample_classes(
+        None, jax.random.PRNGKey(0), 3.0, 0.5, 0.0, 0.0, -0.1, apply_fn=lambda p, t, x, c: x,
+        method="divin", shape=(4, 2), num_classes=2, num_steps=4, divin_steps=2,
+        rollout_steps=1),
+         ValueError, r"eta must be finite and > 0, got -0.1"),
+    Case("divin/empty_cads_window", lambda: divin.cads_field(
+        lambda p, t, x, c: x, None, jnp.zeros((2, 2)), 1.0, jax.random.PRNGKey(0),
+        num_steps=4, t1=0.5, t2=0.5),
+         ValueError, r"CADS window \(t1, t2\) must satisfy 0 <= t1 < t2 <= 1"),
+    Case("divin/knn_k_too_large", lambda: divin_metrics.density_coverage(
+        jnp.zeros((5, 2)), jnp.zeros((3, 2)), k=5),
+         ValueError, r"k must be an int in \[1, N - 1\] = \[1, 4\]"),
+    Case("divin/negative_label", lambda: divin.dataset_batch(
+        0, 0, x=np.zeros((4, 2)), labels=np.full(4, -1), num_classes=3, batch_size=2),
+         ValueError, r"labels must lie in \[0, num_classes\) = \[0, 3\), got -1"),
+    Case("divin/zero_mode_weights", lambda: divin.ring_modes(3, (0.0, 0.0), 5.0),
+         ValueError, r"mode_weights must be a non-empty list of finite weights"),
+]
+
+
+# --- SGLD/LLC susceptibilities, unlearning and CGFM.
+
+_QUAD = lambda w, batch: jnp.sum(w ** 2)
+
+ROWS_SAMPLERS_GRAPHS = [
+    Case("susceptibility/llc_negative_num_burnin",
+         lambda: sus.estimate_llc(jnp.ones((2, 5)), 0.0, 1.0, num_burnin=-1),
+         ValueError, r"num_burnin=-1"),
+    Case("susceptibility/init_loss_zero_batches",
+         lambda: sus.init_loss(_QUAD, jnp.ones(2), lambda s: None, 0),
+         ValueError, r"num_batches=0"),
+    Case("susceptibility/sgld_infinite_n_beta",
+         lambda: sus.sgld(1e-3, float("inf"), 1.0, key=_KEY),
+         ValueError, r"n_beta=inf"),
+    Case("susceptibility/run_chains_integer_params",
+         lambda: sus.run_chains(_QUAD, jnp.zeros(2, jnp.int32), lambda s: None, _KEY,
+                                step_size=1e-3, n_beta=1.0, localization=1.0, num_draws=2),
+         TypeError, r"params leaf .*int32"),
+    Case("susceptibility/run_chains_mask_structure",
+         lambda: sus.run_chains(lambda w, b: jnp.sum(w["a"] ** 2), {"a": jnp.zeros(2)},
+                                lambda s: None, _KEY, step_size=1e-3, n_beta=1.0,
+                                localization=1.0, num_draws=2, mask={"b": jnp.ones(2)}),
+         ValueError, r"mask has tree structure"),
+    Case("susceptibility/linear_regression_fewer_samples_than_dim",
+         lambda: sus.linear_regression(_KEY, dim=5, n=3, batch_size=2, noise=1.0),
+         ValueError, r"n=3.*>= 5"),
+    Case("susceptibility/linear_regression_zero_noise",
+         lambda: sus.linear_regression(_KEY, dim=2, n=10, batch_size=2, noise=0.0),
+         ValueError, r"noise=0.0"),
+    Case("susceptibility/step_size_sweep_negative_eps",
+         lambda: sus.step_size_sweep(_QUAD, jnp.zeros(2), lambda s: None, _KEY, [-1e-3],
+                                     n_beta=1.0, localization=1.0, num_draws=2),
+         ValueError, r"step_sizes=.*> 0"),
+    Case("susceptibility/diagnose_one_dimensional_trace",
+         lambda: sus.diagnose(np.ones(10), 0.0, 1.0),
+         ValueError, r"loss_trace must be \(chains, steps\)"),
+    Case("susceptibility/diagnose_burnin_past_the_end",
+         lambda: sus.diagnose(np.ones((2, 10)), 0.0, 1.0, num_burnin=10),
+         ValueError, r"num_burnin=10"),
+    Case("susceptibility/mala_acceptance_zero_step",
+         lambda: sus.mala_acceptance(jnp.ones((2, 10)), 0.0),
+         ValueError, r"step_size=0.0"),
+    Case("susceptibility/knn_graph_nan_features",
+         lambda: sus.knn_graph(np.array([[0.0, np.nan], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]), 2),
+         ValueError, r"features has a non-finite value nan at index \(0, 1\)"),
+    Case("unlearning/make_task_nan_inputs",
+         lambda: unlearning_objective.make_task(np.array([[0.0], [np.nan]]), np.array([0, 1])),
+         ValueError, r"x has a non-finite value at index \(1, 0\)"),
+    Case("unlearning/make_task_negative_weight",
+         lambda: unlearning_objective.make_task(np.zeros((3, 1)), np.zeros(3), w=[1.0, -1.0, 1.0]),
+         ValueError, r"w has a negative weight at index 1"),
+    Case("unlearning/gaussian_sigma_nan_bound",
+         lambda: certificate.gaussian_sigma(float("nan"), 1.0, 1e-5),
+         ValueError, r"bound=nan"),
+    Case("unlearning/stage_bound_zero_strong_convexity",
+         lambda: certificate.stage_bound(1.0, 0.0, lam=0.0, mu=0.0),
+         ValueError, r"lam=0.0, mu=0.0"),
+    Case("unlearning/auc_empty_scores",
+         lambda: unlearning_metrics.auc(np.array([]), np.array([1.0])),
+         ValueError, r"member_scores has shape \(0,\)"),
+    Case("cgfm/pool_assign_out_of_range",
+         lambda: cgfm.pool(jnp.ones((4, 2)), jnp.array([0, 1, 5, 1]), 2),
+         ValueError, r"assign\[2\]=5 is out of range"),
+    Case("cgfm/unpool_negative_assign",
+         lambda: cgfm.unpool(jnp.ones((2, 2)), jnp.array([0, -1, 1])),
+         ValueError, r"assign\[1\]=-1"),
+    Case("cgfm/wasserstein_trailing_shape_mismatch",
+         lambda: cgfm.wasserstein1_1d(np.ones((5, 3)), np.ones((5, 4))),
+         ValueError, r"x \(5, 3\) and y \(5, 4\)"),
+]
+
+
+CASES: list[Case] = [*ROWS_RUNS, *ROWS_LOADERS, *ROWS_LM, *ROWS_REGRESSION_FLOWS,
+                      *ROWS_SAMPLERS_GRAPHS]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -33,3 +535,4 @@ def test_bad_input_gets_a_clear_error(case):
 def test_the_table_is_large_and_names_are_unique():
   names = [c.name for c in CASES]
   assert len(names) == len(set(names))
+  assert len(CASES) >= 40

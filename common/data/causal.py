@@ -38,8 +38,8 @@ class DoseResponseData(NamedTuple):
 
 
 def _check_n(n: int) -> None:
-  if int(n) < 2:
-    raise ValueError(f"sample size n must be an integer >= 2, got {n}")
+  if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+    raise ValueError(f"sample size n must be an integer >= 2, got {n!r}")
 
 
 def overlap_design(key: Array, n: int, overlap: float = 1.0,
@@ -65,6 +65,10 @@ def overlap_design(key: Array, n: int, overlap: float = 1.0,
   _check_n(n)
   if not overlap > 0:
     raise ValueError(f"overlap must be > 0, got {overlap}")
+  if not overlap < np.inf:
+    raise ValueError(f"overlap must be finite, got {overlap}")
+  if not 0 <= noise < np.inf:
+    raise ValueError(f"noise must be finite and >= 0, got {noise}")
   ks, ke, keps = jax.random.split(key, 3)
   s = jax.random.uniform(ks, (n,), minval=-1.0, maxval=1.0)
   e = jax.random.uniform(ke, (n,), minval=-overlap, maxval=overlap)
@@ -111,8 +115,8 @@ def colangelo_lee_design(key: Array, n: int, p: int = 100,
     (50, 10)
   """
   _check_n(n)
-  if int(p) < 1:
-    raise ValueError(f"number of covariates p must be >= 1, got {p}")
+  if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
+    raise ValueError(f"number of covariates p must be an integer >= 1, got {p!r}")
   if not 0 <= rho <= 0.5:  # keeps the tridiagonal covariance positive definite
     raise ValueError(f"rho must lie in [0, 0.5], got {rho}")
   kx, knu, keps = jax.random.split(key, 3)
@@ -168,6 +172,8 @@ def load_dose_response_csv(path: str | os.PathLike, treatment: str, outcome: str
     >>> data = load_dose_response_csv("obs.csv", treatment="dose", outcome="y",
     ...                               covariates=["age", "income"])  # doctest: +SKIP
   """
+  if os.path.isdir(path):
+    raise ValueError(f"dose-response table {path} is a directory; expected a CSV file")
   if not os.path.isfile(path):
     raise ValueError(f"dose-response table not found: {path}")
   with open(path, newline="") as f:
@@ -183,9 +189,16 @@ def load_dose_response_csv(path: str | os.PathLike, treatment: str, outcome: str
     table = np.loadtxt(path, delimiter=delimiter, skiprows=1, ndmin=2, dtype=np.float64)
   except ValueError as e:
     raise ValueError(f"{path} has a non-numeric or missing value: {e}") from None
-  if not np.all(np.isfinite(table)):
-    raise ValueError(f"{path} has non-finite values")
   col = {h: i for i, h in enumerate(header)}
+  if table.shape[0] < 2:
+    raise ValueError(f"{path} has {table.shape[0]} data rows; expected at least 2")
+  if table.shape[1] != len(header):
+    raise ValueError(f"{path} has {table.shape[1]} columns but its header names "
+                     f"{len(header)}")
+  if not np.all(np.isfinite(table)):
+    row, c = (int(i) for i in np.argwhere(~np.isfinite(table))[0])
+    raise ValueError(f"{path} has a non-finite value {table[row, c]} in column "
+                     f"{header[c]!r} at data row {row + 1}; expected finite numbers")
   return DoseResponseData(
       t=jnp.asarray(table[:, col[treatment]]),
       x=jnp.asarray(table[:, [col[c] for c in covariates]]),

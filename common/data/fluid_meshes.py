@@ -50,6 +50,7 @@ Good sizes (``generate_cylinder_flow`` arguments; U = 0.1, regularized collision
 from __future__ import annotations
 
 import io
+import zipfile
 import math
 from typing import NamedTuple, Sequence
 
@@ -489,6 +490,22 @@ def from_arrays(data, source: str = "npz data") -> FlowDataset:
     ValueError: naming the missing or malformed key.
   """
   has_edges = _check_keys(set(data.keys()), source)
+  try:
+    return _from_checked_keys(data, has_edges)
+  except ValueError as e:
+    raise ValueError(f"{source}: {e}") from None
+
+
+def _finite(key: str, arr: np.ndarray) -> np.ndarray:
+  """Rejects NaN/inf, which would flow silently into the standardizer and the loss."""
+  bad = np.argwhere(~np.isfinite(arr))
+  if bad.size:
+    raise ValueError(f"npz key {key!r} holds {arr[tuple(bad[0])]} at index "
+                     f"{tuple(int(i) for i in bad[0])}; expected finite values")
+  return arr
+
+
+def _from_checked_keys(data, has_edges: bool) -> FlowDataset:
   pos = _get(data, "pos", 2, "real", "(N, 2)")
   n = pos.shape[0]
   if pos.shape[1] != 2 or n < 1:
@@ -498,14 +515,21 @@ def from_arrays(data, source: str = "npz data") -> FlowDataset:
     raise ValueError(f"npz key 'states' must have shape (M, {n}, C) (N from 'pos'),"
                      f" got {states.shape}")
   m = states.shape[0]
+  if m < 1 or states.shape[2] < 1:
+    raise ValueError(f"npz key 'states' must have shape (M, {n}, C) with M, C >= 1, got "
+                     f"{states.shape}")
+  _finite("pos", pos)
+  _finite("states", states)
   cond = np.asarray(data["cond"])
   if cond.ndim == 1:
     cond = cond[:, None]
   if cond.ndim != 2 or cond.shape[0] != m or not np.issubdtype(cond.dtype, np.number):
     raise ValueError(f"npz key 'cond' must be real with shape ({m}, P) or ({m},),"
                      f" got {np.asarray(data['cond']).shape} {cond.dtype}")
+  _finite("cond", cond)
   tri, senders, receivers, node_type = _mesh_arrays(data, n, has_edges)
   window, time = _snapshot_arrays(data, m)
+  _finite("time", time)
   mesh = FlowMesh(pos.astype(np.float32), tri.astype(np.int32),
                   senders.astype(np.int32), receivers.astype(np.int32),
                   node_type.astype(np.int32))
@@ -515,5 +539,21 @@ def from_arrays(data, source: str = "npz data") -> FlowDataset:
 
 def load_npz(path: str) -> FlowDataset:
   """Reads a dataset written by ``save_npz`` or by your own CFD (see module doc)."""
-  with np.load(path, allow_pickle=False) as data:
-    return from_arrays({k: data[k] for k in data.files}, source=f"npz file {path}")
+  source = f"npz file {path}"
+  try:
+    loaded = np.load(path, allow_pickle=False)
+  except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+    if isinstance(e, FileNotFoundError):
+      raise FileNotFoundError(f"{source} does not exist") from None
+    raise ValueError(f"{source} is not a readable .npz archive ({e}); expected the "
+                     f"arrays written by save_npz or np.savez") from None
+  if not isinstance(loaded, np.lib.npyio.NpzFile):
+    raise ValueError(f"{source} holds a single array, not an .npz archive of named arrays "
+                     f"(pos, states, cond, ...)")
+  with loaded as data:
+    try:
+      arrays = {k: data[k] for k in data.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+      raise ValueError(f"{source} has an unreadable array ({e}); expected the arrays "
+                       f"written by save_npz or np.savez") from None
+  return from_arrays(arrays, source=source)

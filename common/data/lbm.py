@@ -61,6 +61,7 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 from typing import NamedTuple
 
 import jax
@@ -149,6 +150,12 @@ def make_geometry(nx: int, ny: int, kind: str = "cylinder", *,
     ValueError: unknown kind, non-positive sizes, or an obstacle that does not fit
       in the channel with at least two fluid cells around it.
   """
+  for name, value in (("nx", nx), ("ny", ny)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+      raise TypeError(f"{name}={value!r}; expected an int number of grid nodes")
+  for name, value in (("angle", angle), ("offset", offset)):
+    if not math.isfinite(value):
+      raise ValueError(f"{name}={value!r}; expected a finite number")
   nx, ny = int(nx), int(ny)
   if nx < 16 or ny < 8:
     raise ValueError(f"grid must be at least 16 x 8 nodes, got nx={nx}, ny={ny}")
@@ -181,6 +188,10 @@ def validate_geometry(geometry: Geometry) -> None:
   if g.kind not in OBSTACLE_KINDS:
     raise ValueError(f"unknown obstacle kind {g.kind!r}, expected one of "
                      f"{OBSTACLE_KINDS}")
+  # NaN fails every comparison below, so it would pass them: check finiteness first.
+  for name in ("cx", "cy", "a", "b", "angle"):
+    if not math.isfinite(getattr(g, name)):
+      raise ValueError(f"geometry {name}={getattr(g, name)!r}; expected a finite number")
   ex, ey = _half_extent_x(g.a, g.b, g.angle), _half_extent_y(g.a, g.b, g.angle)
   # Fluid rows are 1 .. ny - 2; keep two fluid cells between obstacle and walls,
   # and between it and the inlet / outlet columns.
@@ -333,6 +344,12 @@ def _pressure_outlet(f: Array) -> Array:
   return f.at[:, -1].set(col)
 
 
+def _check_magic(collision: str, magic: float) -> None:
+  """TRT's magic parameter sets the odd relaxation rate; NaN would give NaN fields."""
+  if collision == "trt" and not (math.isfinite(magic) and magic > 0):
+    raise ValueError(f"magic={magic!r}; expected a finite TRT magic parameter > 0")
+
+
 def make_step(solid: np.ndarray, *, inlet_velocity: np.ndarray | None = None,
               force: tuple[float, float] | None = None,
               regularized: bool = False):
@@ -469,6 +486,7 @@ def simulate_channel_flow(geometry: Geometry, reynolds, *, spinup_steps: int,
                      f"{inlet_velocity}")
   if collision not in COLLISIONS:
     raise ValueError(f"unknown collision {collision!r}, expected one of {COLLISIONS}")
+  _check_magic(collision, magic)
   if not min_tau > 0.5:
     raise ValueError(f"min_tau must be > 0.5, got {min_tau}")
   tau = reynolds_to_tau(reynolds, geometry, inlet_velocity, min_tau)
@@ -556,11 +574,16 @@ def simulate_poiseuille(ny: int, tau: float, force: float, steps: int, *,
   """
   if not tau > 0.5:
     raise ValueError(f"tau must be > 0.5, got {tau}")
-  if int(ny) < 5 or int(nx) < 1 or int(steps) < 1:
-    raise ValueError(f"need ny >= 5, nx >= 1, steps >= 1, got ny={ny}, nx={nx}, "
-                     f"steps={steps}")
+  if not math.isfinite(tau):
+    raise ValueError(f"tau={tau!r}; expected a finite relaxation time")
+  if not math.isfinite(force):
+    raise ValueError(f"force={force!r}; expected a finite number")
+  for name, value, low in (("ny", ny, 5), ("nx", nx, 1), ("steps", steps, 1)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+      raise ValueError(f"{name}={value!r}; expected an int >= {low}")
   if collision not in COLLISIONS:
     raise ValueError(f"unknown collision {collision!r}, expected one of {COLLISIONS}")
+  _check_magic(collision, magic)
   solid = np.zeros((nx, ny), bool)
   solid[:, 0] = solid[:, -1] = True
   step = make_step(solid, force=(float(force), 0.0),

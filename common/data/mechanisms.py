@@ -147,7 +147,7 @@ def mechanism_batch(seed: int, step: int, batch_size: int, seq_len: int,
   _check_int("batch_size", batch_size, 1)
   _check_int("seq_len", seq_len, 2)
   ps = (p_pair, p_open, p_ngram)
-  if any(p < 0 for p in ps) or sum(ps) >= 1:
+  if not all(np.isfinite(p) for p in ps) or any(p < 0 for p in ps) or sum(ps) >= 1:
     raise ValueError(f"mechanism_batch: probabilities {ps} must be >= 0 and sum to < 1")
   rng = np.random.default_rng((seed, step))
   successors, probs = markov_chain()
@@ -180,6 +180,14 @@ def stratified_sample(labels: np.ndarray, per_mechanism: int, seed: int) -> np.n
     >>> stratified_sample(np.array([0, 0, 0, 1, -1, 1]), per_mechanism=1, seed=0).shape
     (2,)
   """
+  labels = np.asarray(labels)
+  if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+    raise ValueError(f"stratified_sample: labels has shape {labels.shape} and dtype "
+                     f"{labels.dtype}; expected (N,) integer mechanism labels")
+  if isinstance(per_mechanism, bool) or not isinstance(per_mechanism, numbers.Integral) \
+      or per_mechanism < 1:
+    raise ValueError(f"stratified_sample: per_mechanism={per_mechanism!r}; expected an "
+                     f"int >= 1")
   rng = np.random.default_rng(seed)
   picks = []
   for i in range(len(MECHANISMS)):

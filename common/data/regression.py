@@ -61,8 +61,8 @@ def regression_batch(seed: int, step: int, batch_size: int, dim: int,
                            ("batch_size", batch_size, 1), ("dim", dim, 1)):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
       raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-  if not noise >= 0:
-    raise ValueError(f"noise must be >= 0, got {noise!r}")
+  if not 0 <= noise < np.inf:
+    raise ValueError(f"noise must be finite and >= 0, got {noise!r}")
   rng = np.random.default_rng((int(seed), int(step)))
   x = rng.standard_normal((batch_size, dim), dtype=np.float32)
   y = teacher(x)

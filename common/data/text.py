@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import numbers
 import zlib
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -103,10 +104,28 @@ def stdlib_corpus(validation_fraction: float = 0.1, tokenizer=None) -> TextCorpu
                     tuple(d.name for d in validation))
 
 
+def _check_tokens(name: str, data) -> np.ndarray:
+  """`data` as a 1-D integer array of token ids (float ids would be truncated)."""
+  array = np.asarray(data)
+  if array.ndim != 1:
+    raise ValueError(f"{name} has shape {array.shape}; expected a 1-D array of token ids")
+  if not np.issubdtype(array.dtype, np.integer):
+    raise TypeError(f"{name} has dtype {array.dtype}; expected integer token ids")
+  return array
+
+
+def _check_positive_int(name: str, value) -> None:
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    raise ValueError(f"{name}={value!r}; expected an int >= 1")
+
+
 def window_batch(data: np.ndarray, seed: int, step: int, batch_size: int,
                  seq_len: int) -> dict[str, np.ndarray]:
   """{"tokens": (batch_size, seq_len + 1) int32} windows at uniform random offsets
   drawn from numpy's generator seeded with (seed, step)."""
+  data = _check_tokens("data", data)
+  _check_positive_int("batch_size", batch_size)
+  _check_positive_int("seq_len", seq_len)
   if len(data) < seq_len + 2:
     raise ValueError(f"data of {len(data)} tokens is too short for seq_len={seq_len}")
   rng = np.random.default_rng((seed, step))
@@ -119,6 +138,11 @@ def eval_windows(data: np.ndarray, seq_len: int, batch_size: int,
                  max_windows: int | None = None) -> Iterator[np.ndarray]:
   """Consecutive non-overlapping (batch, seq_len + 1) windows covering `data` in order
   (the last partial batch dropped), at most `max_windows` of them."""
+  data = _check_tokens("data", data)
+  _check_positive_int("seq_len", seq_len)
+  _check_positive_int("batch_size", batch_size)
+  if max_windows is not None:
+    _check_positive_int("max_windows", max_windows)
   count = (len(data) - 1) // seq_len
   if max_windows is not None:
     count = min(count, max_windows)
@@ -135,6 +159,8 @@ def unigram_cross_entropy_bits(train: np.ndarray, evaluate: np.ndarray,
                                vocab_size: int = 256) -> float:
   """Bits per token of `evaluate` under the add-one-smoothed unigram model of `train`:
   -mean log2 p(x), p(v) = (count_train(v) + 1) / (len(train) + V)."""
+  train = _check_vocab("train", train, vocab_size)
+  evaluate = _check_vocab("evaluate", evaluate, vocab_size)
   counts = np.bincount(train, minlength=vocab_size).astype(np.float64) + 1.0
   logp = np.log2(counts / counts.sum())
   return float(-np.mean(logp[evaluate]))
@@ -142,6 +168,21 @@ def unigram_cross_entropy_bits(train: np.ndarray, evaluate: np.ndarray,
 
 def unigram_entropy_bits(data: np.ndarray, vocab_size: int = 256) -> float:
   """Entropy in bits of the empirical unigram distribution of `data`."""
+  data = _check_vocab("data", data, vocab_size)
   p = np.bincount(data, minlength=vocab_size).astype(np.float64)
   p = p[p > 0] / p.sum()
   return float(-np.sum(p * np.log2(p)))
+
+
+def _check_vocab(name: str, data, vocab_size: int) -> np.ndarray:
+  """Non-empty 1-D token ids in 0..vocab_size-1: an id past the vocabulary would
+  silently grow it (and change the add-one smoothing), an empty array gives NaN."""
+  _check_positive_int("vocab_size", vocab_size)
+  data = _check_tokens(name, data)
+  if data.size == 0:
+    raise ValueError(f"{name} is empty; expected at least one token id")
+  bad = np.flatnonzero((data < 0) | (data >= vocab_size))
+  if bad.size:
+    raise ValueError(f"{name}[{bad[0]}]={data[bad[0]]} is outside the vocabulary; "
+                     f"expected ids in 0..{vocab_size - 1}")
+  return data

@@ -32,11 +32,24 @@ class ByteTokenizer:
     return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
 
   def decode(self, ids: Sequence[int]) -> str:
-    ids = np.asarray(ids, dtype=np.int64)
-    if ids.size and (ids.min() < 0 or ids.max() > 255):
-      raise ValueError(f"byte token ids must be in 0..255, got range "
-                       f"[{ids.min()}, {ids.max()}]")
+    ids = _check_ids(ids, self.vocab_size)
     return bytes(ids.astype(np.uint8).tolist()).decode("utf-8", errors="replace")
+
+
+def _check_ids(ids: Sequence[int], vocab_size: int) -> np.ndarray:
+  """`ids` as a 1-D int64 array; one-line errors for non-integer ids (1.7 would be
+  truncated to 1) and for ids outside 0..vocab_size-1 (naming the first bad index)."""
+  array = np.asarray(ids)
+  if array.ndim != 1:
+    raise ValueError(f"ids has shape {array.shape}; expected a 1-D sequence of token ids")
+  if array.size and not np.issubdtype(array.dtype, np.integer):
+    raise TypeError(f"ids has dtype {array.dtype}; expected integer token ids")
+  array = array.astype(np.int64)
+  bad = np.flatnonzero((array < 0) | (array >= vocab_size))
+  if bad.size:
+    raise ValueError(f"ids[{bad[0]}]={array[bad[0]]} is outside the vocabulary; expected ids "
+                     f"in 0..{vocab_size - 1}")
+  return array
 
 
 class HFTokenizer:
@@ -51,7 +64,11 @@ class HFTokenizer:
     import tokenizers  # Lazy: only users of real checkpoints need it.
 
     self.path = path
-    self._tok = tokenizers.Tokenizer.from_file(path)
+    try:
+      self._tok = tokenizers.Tokenizer.from_file(path)
+    except Exception as e:  # The tokenizers package raises a bare Exception without the path.
+      raise ValueError(f"{path} is not a readable tokenizer.json ({e}); expected a Hugging "
+                       f"Face tokenizers JSON file") from None
 
   @property
   def vocab_size(self) -> int:
@@ -61,7 +78,8 @@ class HFTokenizer:
     return self._tok.encode(text, add_special_tokens=False).ids
 
   def decode(self, ids: Sequence[int]) -> str:
-    return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+    ids = _check_ids(ids, self.vocab_size)
+    return self._tok.decode(ids.tolist(), skip_special_tokens=False)
 
   def token_to_id(self, token: str) -> int | None:
     return self._tok.token_to_id(token)

@@ -37,6 +37,8 @@ _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "ge
                 "gelu_fast": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 # Buffers some checkpoints carry that are not parameters.
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq", ".attention.bias", ".attention.masked_bias")
+_REQUIRED_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                  "intermediate_size")
 
 
 class HFCheckpoint(NamedTuple):
@@ -65,6 +67,11 @@ def _rope_settings(hf: Mapping[str, Any]) -> tuple[float, float, RopeScaling]:
   fraction = merged.get("partial_rotary_factor",
                         hf.get("partial_rotary_factor", hf.get("rotary_pct", default_fraction)))
   kind = merged.get("rope_type", merged.get("type", "default"))
+  required = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+                                                "original_max_position_embeddings")}
+  missing = [k for k in required.get(kind, ()) if k not in merged]
+  if missing:
+    raise ValueError(f"rope scaling type {kind!r} needs keys {missing} in rope_scaling")
   if kind in ("default", None):
     rope = RopeScaling()
   elif kind == "linear":
@@ -79,19 +86,48 @@ def _rope_settings(hf: Mapping[str, Any]) -> tuple[float, float, RopeScaling]:
   return float(theta), float(fraction), rope
 
 
-def config_from_hf(hf: Mapping[str, Any]) -> tuple[TransformerConfig, str]:
-  """Maps a config.json dict to (TransformerConfig, model_type)."""
+def _check_config_keys(hf: Mapping[str, Any], source: str) -> None:
+  """One-line errors for a config.json that is not an object, lacks a required key, or
+  holds a size that is not a positive integer."""
+  if not isinstance(hf, Mapping):
+    raise ValueError(f"{source} holds a JSON {type(hf).__name__}; expected an object of "
+                     f"model settings")
+  missing = [k for k in _REQUIRED_KEYS if k not in hf]
+  if missing:
+    raise ValueError(f"{source} is missing required keys {missing}; expected all of "
+                     f"{list(_REQUIRED_KEYS)}")
+  for key in _REQUIRED_KEYS + ("num_key_value_heads", "head_dim", "max_position_embeddings"):
+    value = hf.get(key)
+    if value is None and key not in _REQUIRED_KEYS:
+      continue
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+      raise ValueError(f"{source} {key}={value!r}; expected a positive integer")
+
+
+def config_from_hf(hf: Mapping[str, Any], source: str = "config.json"
+                   ) -> tuple[TransformerConfig, str]:
+  """Maps a config.json dict to (TransformerConfig, model_type); `source` (the file's
+  path) is named in every error."""
+  _check_config_keys(hf, source)
   model_type = hf.get("model_type")
   if model_type not in MODEL_TYPES:
-    raise ValueError(f"config.json model_type={model_type!r} is not supported; expected one "
+    raise ValueError(f"{source} model_type={model_type!r} is not supported; expected one "
                      f"of {MODEL_TYPES}")
   if hf.get("use_sliding_window"):
-    raise ValueError("config.json enables use_sliding_window, which this model does not "
+    raise ValueError(f"{source} enables use_sliding_window, which this model does not "
                      "implement")
   act = hf.get("hidden_act", "gelu" if model_type == "gpt_neox" else "silu")
   if act not in _ACTIVATIONS:
-    raise ValueError(f"config.json hidden_act={act!r} is not supported; expected one of "
+    raise ValueError(f"{source} hidden_act={act!r} is not supported; expected one of "
                      f"{tuple(_ACTIVATIONS)}")
+  try:
+    return _config_from_checked(hf, model_type, act)
+  except (KeyError, TypeError, ValueError) as e:
+    raise ValueError(f"{source}: {e}") from e
+
+
+def _config_from_checked(hf: Mapping[str, Any], model_type: str, act: str
+                         ) -> tuple[TransformerConfig, str]:
   theta, fraction, rope = _rope_settings(hf)
   common = dict(
       vocab_size=int(hf["vocab_size"]), d_model=int(hf["hidden_size"]),
@@ -313,47 +349,112 @@ def params_to_hf(params: Any, config: TransformerConfig, model_type: str) -> dic
   return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
 
+def _safetensors_files(folder: str) -> tuple[list[str], dict[str, str] | None]:
+  """The weight files of a model folder and the index's tensor -> file map (None without
+  an index). model.safetensors.index.json wins when present, otherwise model.safetensors
+  alone; any other *.safetensors in the folder is an error, so a stray file (a backup,
+  a second export) never replaces the real weights."""
+  index = os.path.join(folder, "model.safetensors.index.json")
+  present = sorted(os.path.basename(f) for f in glob.glob(os.path.join(folder, "*.safetensors")))
+  weight_map = None
+  if os.path.isfile(index):
+    weight_map = _read_json(index, "a model.safetensors.index.json")
+    weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+      raise ValueError(f"{index} has no weight_map; expected {{\"weight_map\": "
+                       f"{{tensor name: shard file}}}}")
+    listed = sorted(set(weight_map.values()))
+    missing = [f for f in listed if not os.path.isfile(os.path.join(folder, f))]
+    if missing:
+      raise FileNotFoundError(f"shards listed in {index} are missing: {missing}")
+    source = f"not listed in {index}"
+  elif os.path.isfile(os.path.join(folder, "model.safetensors")):
+    listed, source = ["model.safetensors"], "beside model.safetensors (and no index)"
+  else:
+    raise FileNotFoundError(
+        f"no model.safetensors or model.safetensors.index.json in {folder!r}"
+        + (f" (found {present}; name the weights model.safetensors or add the index)"
+           if present else ""))
+  unused = [f for f in present if f not in listed]
+  if unused:
+    raise ValueError(f"{folder!r} holds weight files {unused} {source}; expected only "
+                     f"{listed[:3]}{'...' if len(listed) > 3 else ''}: move the others "
+                     f"out of the folder")
+  return [os.path.join(folder, f) for f in listed], weight_map
+
+
+def _read_json(path: str, what: str) -> Any:
+  """json.load with one-line errors that name the file."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path} is not valid JSON ({e.msg}: line {e.lineno} column "
+                     f"{e.colno}); expected {what}") from None
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); expected "
+                     f"{what}") from None
+
+
 def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
-  """All tensors of a model folder (single file or index + shards) or of one file."""
+  """All tensors of a model folder (model.safetensors, or the shards that
+  model.safetensors.index.json lists) or of one .safetensors file.
+
+  A tensor name found in two files, a tensor in a shard the index does not map to it,
+  an index entry no shard holds, a *.safetensors file the folder does not use, and a
+  truncated or corrupt file are each a one-line error that names the file.
+  """
   from safetensors import safe_open
 
   path = os.fspath(path)
   if os.path.isdir(path):
-    index = os.path.join(path, "model.safetensors.index.json")
-    if os.path.isfile(index):
-      with open(index) as f:
-        shards = sorted(set(json.load(f)["weight_map"].values()))
-      files = [os.path.join(path, s) for s in shards]
-      missing = [f for f in files if not os.path.isfile(f)]
-      if missing:
-        raise FileNotFoundError(f"shards listed in {index} are missing: {missing}")
-    else:
-      files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
-      if not files:
-        raise FileNotFoundError(f"no model.safetensors (or *.safetensors shards, or "
-                                f"model.safetensors.index.json) in {path!r}")
+    files, weight_map = _safetensors_files(path)
+  elif os.path.isfile(path):
+    files, weight_map = [path], None
   else:
-    files = [path]
-  tensors = {}
+    raise FileNotFoundError(f"safetensors path {path!r} does not exist")
+  tensors, origin = {}, {}
   for file in files:
-    with safe_open(file, framework="numpy") as f:
-      for name in f.keys():
-        tensors[name] = f.get_tensor(name)
+    try:
+      with safe_open(file, framework="numpy") as f:
+        for name in f.keys():
+          if name in origin:
+            raise ValueError(f"tensor {name!r} is in both {origin[name]} and {file}; expected "
+                             f"each tensor in one file")
+          if weight_map is not None and weight_map.get(name) != os.path.basename(file):
+            raise ValueError(f"tensor {name!r} is in {file}, but the index maps it to "
+                             f"{weight_map.get(name)!r}; expected the index to match the shards")
+          tensors[name], origin[name] = f.get_tensor(name), file
+    except ValueError:
+      raise
+    except Exception as e:  # safetensors' errors (SafetensorError) do not name the file.
+      raise ValueError(f"{file} is not a readable safetensors file ({e}); expected a "
+                       f"complete safetensors file (truncated or corrupt?)") from None
+  if weight_map is not None:
+    absent = sorted(set(weight_map) - set(tensors))
+    if absent:
+      raise ValueError(f"{len(absent)} tensors listed in the index are in no shard, e.g. "
+                       f"{absent[:3]}; expected each in the shard the index names")
   return tensors
 
 
 def load_hf_checkpoint(path: str | os.PathLike) -> HFCheckpoint:
   """Reads a local Hugging Face model folder; see the module docstring."""
   path = os.fspath(path)
+  if os.path.isfile(path):
+    raise ValueError(f"checkpoint path {path!r} is a file; expected the model folder that "
+                     f"holds config.json and model.safetensors (its parent "
+                     f"{os.path.dirname(path) or '.'!r}?)")
   if not os.path.isdir(path):
     raise FileNotFoundError(f"checkpoint folder {path!r} does not exist")
   config_path = os.path.join(path, "config.json")
   if not os.path.isfile(config_path):
     raise FileNotFoundError(f"checkpoint folder {path!r} has no config.json")
-  with open(config_path) as f:
-    config, model_type = config_from_hf(json.load(f))
-  params = params_from_hf(read_safetensors(path), config, model_type)
+  config, model_type = config_from_hf(
+      _read_json(config_path, "the model's config.json object"), source=config_path)
+  # The tokenizer before the weights: a corrupt tokenizer.json fails before the big read.
   tokenizer = HFTokenizer(path) if os.path.isfile(os.path.join(path, "tokenizer.json")) else None
+  params = params_from_hf(read_safetensors(path), config, model_type)
   return HFCheckpoint(config, params, tokenizer, model_type)
 
 

@@ -21,9 +21,19 @@ import math
 import jax
 import jax.numpy as jnp
 
+from common.models.transformer import check_token_ids
 
-def token_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
-  """log softmax(logits)[targets]: (..., V) logits and (...) int targets -> (...)."""
+
+def token_logprobs(logits: jax.Array, targets: jax.Array, name: str = "targets") -> jax.Array:
+  """log softmax(logits)[targets]: (..., V) logits and (...) int targets -> (...).
+
+  Targets outside [0, V) raise a ValueError when they are concrete (outside jit);
+  `take_along_axis` would otherwise return NaN for them.
+  """
+  if logits.shape[:-1] != targets.shape:
+    raise ValueError(f"logits {logits.shape} and {name} {targets.shape} must agree on all "
+                     "but the last (vocabulary) axis")
+  check_token_ids(targets, logits.shape[-1], name)
   logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
   return jnp.take_along_axis(logp, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
 
@@ -38,7 +48,16 @@ def next_token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
   """log p(tokens[:, t+1] | tokens[:, :t+1]) for logits (B, T, V) of tokens (B, T) -> (B, T-1)."""
   if logits.shape[:-1] != tokens.shape:
     raise ValueError(f"logits {logits.shape} and tokens {tokens.shape} must agree on (B, T)")
-  return token_logprobs(logits[:, :-1], tokens[:, 1:])
+  check_token_ids(tokens, logits.shape[-1], "tokens")
+  return token_logprobs(logits[:, :-1], tokens[:, 1:], "tokens[:, 1:]")
+
+
+def _masked(lp: jax.Array, mask: jax.Array) -> jax.Array:
+  """mask (B, T-1) as lp's dtype; a mask of another shape would broadcast silently."""
+  if mask.shape != lp.shape:
+    raise ValueError(f"mask has shape {mask.shape}; expected {lp.shape} (one entry per "
+                     "next-token prediction, i.e. (B, T-1))")
+  return mask.astype(lp.dtype)
 
 
 def sequence_logprob(logits: jax.Array, tokens: jax.Array,
@@ -50,7 +69,7 @@ def sequence_logprob(logits: jax.Array, tokens: jax.Array,
   """
   lp = next_token_logprobs(logits, tokens)
   if mask is not None:
-    lp = lp * mask.astype(lp.dtype)
+    lp = lp * _masked(lp, mask)
   return jnp.sum(lp, axis=-1)
 
 
@@ -60,7 +79,7 @@ def next_token_loss(logits: jax.Array, tokens: jax.Array,
   lp = next_token_logprobs(logits, tokens)
   if mask is None:
     return -jnp.mean(lp)
-  mask = mask.astype(lp.dtype)
+  mask = _masked(lp, mask)
   return -jnp.sum(lp * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 

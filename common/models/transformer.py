@@ -44,7 +44,9 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from common.checks import is_concrete
 from common.models.taps import TAPS, linear_paths, sow_input  # noqa: F401 (re-exported)
 
 FAMILIES = ("llama", "neox")
@@ -127,6 +129,25 @@ class TransformerConfig:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"TransformerConfig.{name}={value!r}; expected a positive int")
+    for name in ("num_kv_heads", "head_dim"):
+      value = getattr(self, name)
+      if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                                or value < 1):
+        raise ValueError(f"TransformerConfig.{name}={value!r}; expected None or a positive int")
+    if not (self.rope_theta > 0 and math.isfinite(self.rope_theta)):
+      raise ValueError(f"TransformerConfig.rope_theta={self.rope_theta!r}; expected a finite "
+                       "number > 0 (the rotary base)")
+    if not (self.norm_eps >= 0 and math.isfinite(self.norm_eps)):
+      raise ValueError(f"TransformerConfig.norm_eps={self.norm_eps!r}; expected a finite "
+                       "number >= 0")
+    s = self.rope_scaling
+    if s.kind != "none" and not (s.factor > 0 and math.isfinite(s.factor)):
+      raise ValueError(f"RopeScaling.factor={s.factor!r}; expected a finite number > 0")
+    if s.kind == "llama3" and not (s.high_freq_factor > s.low_freq_factor > 0
+                                   and s.original_max_len > 0):
+      raise ValueError(f"RopeScaling: llama3 needs high_freq_factor > low_freq_factor > 0 and "
+                       f"original_max_len > 0, got {s.high_freq_factor!r}, "
+                       f"{s.low_freq_factor!r}, {s.original_max_len!r}")
     if self.num_heads % self.kv_heads:
       raise ValueError(f"TransformerConfig.num_kv_heads={self.kv_heads} must divide "
                        f"num_heads={self.num_heads}")
@@ -192,6 +213,48 @@ class KVCache(NamedTuple):
   v: jax.Array
   length: jax.Array
   state: Any = None
+
+
+
+def check_token_ids(tokens, vocab_size: int, name: str = "tokens") -> None:
+  """Raises unless `tokens` are integer ids in [0, vocab_size).
+
+  The dtype is checked always (it is known under jit too); the values only when
+  `tokens` is concrete (a numpy or committed jax array, not a tracer), so a jitted
+  caller pays nothing. Out-of-vocabulary ids would otherwise give NaN embeddings
+  (`jnp.take` fills out-of-range rows with NaN) and then NaN logits.
+
+  Raises:
+    TypeError: non-integer tokens. ValueError: an id outside [0, vocab_size), naming
+    the first bad index and its value.
+  """
+  dtype = getattr(tokens, "dtype", None)
+  if dtype is None or not jnp.issubdtype(dtype, jnp.integer):
+    raise TypeError(f"{name} must be integer token ids, got dtype {dtype}")
+  if not is_concrete(tokens) or tokens.size == 0:
+    return
+  ids = np.asarray(tokens)
+  bad = (ids < 0) | (ids >= vocab_size)
+  if bad.any():
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    raise ValueError(f"{name}[{', '.join(map(str, index))}] = {int(ids[index])} is out of "
+                     f"the vocabulary; expected ids in [0, {vocab_size})")
+
+
+def _check_cache(cache: "KVCache", tokens) -> None:
+  """The cache's batch matches the tokens' and (when its length is concrete) it has room
+  for them: `dynamic_update_slice` would otherwise clamp the write silently."""
+  if cache.k.ndim != 5 or cache.k.shape != cache.v.shape:
+    raise ValueError(f"cache.k {cache.k.shape} and cache.v {cache.v.shape} must both be "
+                     "(num_layers, batch, max_len, kv_heads, head_dim)")
+  b, t = tokens.shape
+  if cache.k.shape[1] != b:
+    raise ValueError(f"cache batch {cache.k.shape[1]} != tokens batch {b}")
+  if is_concrete(cache.length):
+    length, room = int(cache.length), cache.k.shape[2]
+    if length + t > room:
+      raise ValueError(f"cache overflow: cache.length + tokens = {length} + {t} = {length + t} "
+                       f"positions, but the cache holds {room}; use a larger init_cache max_len")
 
 
 def init_cache(config: TransformerConfig, batch_size: int, max_len: int | None = None,
@@ -409,8 +472,13 @@ class Transformer(nn.Module):
   @nn.compact
   def __call__(self, tokens: jax.Array, cache: KVCache | None = None):
     c = self.config
+    if not hasattr(tokens, "ndim"):
+      tokens = jnp.asarray(tokens)
     if tokens.ndim != 2:
       raise ValueError(f"tokens must be (batch, time), got shape {tokens.shape}")
+    check_token_ids(tokens, c.vocab_size)
+    if cache is not None:
+      _check_cache(cache, tokens)
     embed = nn.Embed(c.vocab_size, c.d_model, embedding_init=nn.initializers.normal(0.02),
                      dtype=c.compute_dtype, name="embed")
     x = embed(tokens)

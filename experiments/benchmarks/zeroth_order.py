@@ -78,7 +78,7 @@ def _time(tx, params, batch) -> tuple[float, float, float, float]:
   """(median, min, max steps/s, peak MiB) of the donating jitted step."""
   p = jax.tree.map(jnp.copy, params)
   state = tx.init(p)
-  step = zo.make_step(tx).lower(p, state, batch).compile()
+  step = zo.make_step(tx, donate=True).lower(p, state, batch).compile()
   memory = recipes.peak_bytes(step) / 2**20
   p, state = step(p, state, batch)  # warm-up
   times = []

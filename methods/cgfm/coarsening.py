@@ -501,6 +501,21 @@ def build_hierarchy(pos, senders, receivers, *, ratios: Sequence[float],
   return tuple(levels)
 
 
+def _check_assign(fn: str, assign, num_fine, num_coarse) -> None:
+  """Shape always; id range only for concrete values (skipped under jit)."""
+  shape = jnp.shape(assign)
+  if len(shape) != 1 or (num_fine is not None and shape[0] != num_fine):
+    raise ValueError(f"{fn}: assign has shape {shape}; expected ({num_fine or 'Nf'},), one "
+                     "cluster id per fine node")
+  if isinstance(assign, jax.core.Tracer) or isinstance(num_coarse, jax.core.Tracer):
+    return
+  a = np.asarray(assign)
+  bad = np.nonzero((a < 0) | (a >= num_coarse))[0]
+  if len(bad):
+    raise ValueError(f"{fn}: assign[{int(bad[0])}]={int(a[bad[0]])} is out of range; expected "
+                     f"cluster ids in [0, {num_coarse})")
+
+
 def pool(x: Array, assign: Array, num_coarse: int) -> Array:
   """Cluster mean: xc[c] = mean of x[i] over the fine nodes i with assign[i] = c.
 
@@ -519,6 +534,7 @@ def pool(x: Array, assign: Array, num_coarse: int) -> Array:
     >>> xc = pool(x, level.assign, len(level.pos))
   """
   x = jnp.asarray(x)
+  _check_assign("pool", assign, x.shape[0], num_coarse)
   if not jnp.issubdtype(x.dtype, jnp.floating):
     x = x.astype(jnp.float32)
   total = jax.ops.segment_sum(x, assign, num_segments=num_coarse)
@@ -542,4 +558,6 @@ def unpool(xc: Array, assign: Array) -> Array:
   Example:
     >>> x_smooth = unpool(pool(x, level.assign, len(level.pos)), level.assign)
   """
-  return jnp.take(jnp.asarray(xc), assign, axis=0)
+  xc = jnp.asarray(xc)
+  _check_assign("unpool", assign, None, xc.shape[0])
+  return jnp.take(xc, assign, axis=0)

@@ -41,7 +41,11 @@ def wasserstein1_1d(x: np.ndarray, y: np.ndarray) -> np.ndarray:
   Example:
     >>> wasserstein1_1d(np.zeros((4, 1)), np.ones((8, 1)))   # array([1.])
   """
-  x, y = np.sort(np.asarray(x, np.float64), 0), np.sort(np.asarray(y, np.float64), 0)
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  if x.ndim < 1 or y.ndim < 1 or x.shape[1:] != y.shape[1:] or not len(x) or not len(y):
+    raise ValueError(f"wasserstein1_1d: x {x.shape} and y {y.shape}; expected (M, ...) and "
+                     "(S, ...) with M, S >= 1 and equal trailing shapes")
+  x, y = np.sort(x, 0), np.sort(y, 0)
   m, s = len(x), len(y)
   q = np.unique(np.concatenate([np.arange(1, m + 1) / m, np.arange(1, s + 1) / s]))
   widths = np.diff(np.concatenate([[0.0], q]))

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from common import checks
 from methods.flow_matching.sampling import guided_field
 
 Array = jax.Array
@@ -52,6 +53,19 @@ def cfg_field(apply_fn: Callable, params, cond: Array, w) -> Callable:
   return guided_field(apply_fn, params, cond, w)
 
 
+def check_cads_window(t1, t2) -> None:
+  """Raises a ValueError unless 0 <= t1 < t2 <= 1 (t1 = t2 divides by zero in gamma).
+
+  Example:
+    >>> check_cads_window(0.2, 0.6)
+  """
+  if not (checks.is_concrete(t1) and checks.is_concrete(t2)):
+    return
+  if not 0.0 <= float(t1) < float(t2) <= 1.0:
+    raise ValueError(f"the CADS window (t1, t2) must satisfy 0 <= t1 < t2 <= 1, got "
+                     f"({t1}, {t2})")
+
+
 def cads_gamma(t, t1: float, t2: float):
   """CADS schedule in flow time: gamma(t) = clip((t - t1) / (t2 - t1), 0, 1).
 
@@ -65,6 +79,7 @@ def cads_gamma(t, t1: float, t2: float):
   Example:
     >>> cads_gamma(0.4, 0.2, 0.6)   # 0.5
   """
+  check_cads_window(t1, t2)
   return jnp.clip((t - t1) / (t2 - t1), 0.0, 1.0)
 
 
@@ -123,6 +138,10 @@ def cads_field(apply_fn: Callable, params, cond: Array, w, key: Array, *,
   Example:
     >>> field = cads_field(model.apply, params, cond, 7.0, key, num_steps=32, noise_scale=0.5)
   """
+  check_cads_window(t1, t2)
+  checks.positive_int("num_steps", num_steps)
+  checks.scalar("noise_scale", noise_scale, strict=False)
+  checks.scalar("psi", psi, low=-float("inf"))
   null = jnp.zeros_like(cond)
 
   def field(t, x):
@@ -150,6 +169,9 @@ def rbf_repulsion(x: Array) -> Array:
   Example:
     >>> rbf_repulsion(jnp.array([[0.0], [1.0]]))   # pushes the two points apart
   """
+  if jnp.ndim(x) < 1 or jnp.shape(x)[0] < 2:
+    raise ValueError(f"rbf_repulsion needs x (B, ...) with B >= 2 particles, got shape "
+                     f"{jnp.shape(x)}")
   flat = x.reshape(x.shape[0], -1)
   diff = flat[:, None, :] - flat[None, :, :]
   sq = jnp.sum(diff ** 2, -1)

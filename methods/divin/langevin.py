@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-import chex
 import jax
 import jax.numpy as jnp
+
+from common import checks
 
 Array = jax.Array
 SCHEMES = ("ou", "euler")
@@ -54,6 +55,8 @@ def langevin_step(z: Array, grad_u: Array, xi: Array, *, tau, eta,
     >>> z = langevin_step(z, grad_fn(z, cond), jax.random.normal(key, z.shape), tau=0.1,
     ...                   eta=0.05)
   """
+  checks.scalar("eta", eta)
+  checks.scalar("tau", tau, strict=False)
   if scheme == "euler":
     return z - eta * (tau * grad_u + z) + jnp.sqrt(2.0 * eta) * xi
   if scheme == "ou":
@@ -87,7 +90,12 @@ def divin_init(key: Array, z: Array, cond: Array, grad_fn: Callable, *, tau, eta
   """
   if scheme not in SCHEMES:
     raise ValueError(f"unknown Langevin scheme {scheme!r}; expected one of {SCHEMES}")
-  chex.assert_equal_shape_prefix([z, cond], 1)
+  checks.scalar("eta", eta)
+  checks.scalar("tau", tau, strict=False)
+  checks.positive_int("num_steps", num_steps, low=0)
+  if jnp.ndim(z) < 1 or jnp.ndim(cond) < 1 or jnp.shape(z)[0] != jnp.shape(cond)[0]:
+    raise ValueError(f"z (B, ...) and cond (B, C) must share the batch size B, got "
+                     f"{jnp.shape(z)} and {jnp.shape(cond)}")
 
   def body(z, k):
     xi = jax.random.normal(jax.random.fold_in(key, k), z.shape, z.dtype)

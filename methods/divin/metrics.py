@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from common import checks
+
 Array = jax.Array
 
 
@@ -55,6 +57,7 @@ def vendi_score(x: Array, lengthscale: float = 1.0) -> Array:
     >>> vendi_score(jnp.zeros((5, 2)))   # 1: all samples equal
     >>> vendi_score(100.0 * jnp.eye(5))  # 5: all far apart
   """
+  checks.scalar("lengthscale", lengthscale)
   x = _flat(x)
   k = jnp.exp(-_sqdist(x, x) / (2 * lengthscale ** 2))
   lam = jnp.clip(jnp.linalg.eigvalsh(k / x.shape[0]), 0.0, None)
@@ -80,6 +83,12 @@ def mode_assignment(x: Array, means: Array, scales: Array, radius: float = 3.0) 
     >>> mode_assignment(jnp.array([[0.1, 0.0], [9.0, 9.0]]), jnp.zeros((1, 2)), jnp.ones(1))
     >>> # [0, -1]
   """
+  if (jnp.ndim(x) != 2 or jnp.ndim(means) != 2 or jnp.shape(x)[1] != jnp.shape(means)[1]
+      or jnp.shape(scales) != jnp.shape(means)[:1]):
+    raise ValueError(f"mode_assignment takes x (n, d), means (K, d) and scales (K,), got "
+                     f"{jnp.shape(x)}, {jnp.shape(means)} and {jnp.shape(scales)}")
+  checks.scalar("scales", scales)
+  checks.scalar("radius", radius, strict=False)
   dist = jnp.sqrt(_sqdist(x, means)) / scales[None, :]
   nearest = jnp.argmin(dist, axis=1)
   inside = jnp.min(dist, axis=1) <= radius
@@ -148,6 +157,10 @@ def per_mode_precision(x: Array, means: Array, scales: Array, weights: Array,
   Example:
     >>> per_mode_precision(x, means, scales, weights)   # < 1 on starved modes
   """
+  if jnp.shape(weights) != jnp.shape(means)[:1]:
+    raise ValueError(f"weights must have shape ({jnp.shape(means)[0]},) like means, got "
+                     f"{jnp.shape(weights)}")
+  checks.scalar("weights", weights)
   return mode_counts(x, means, scales, radius) / x.shape[0] / weights
 
 
@@ -163,6 +176,9 @@ def mean_pairwise_distance(x: Array) -> Array:
   Example:
     >>> mean_pairwise_distance(jnp.array([[0.0], [1.0]]))   # 1
   """
+  if jnp.ndim(x) < 1 or jnp.shape(x)[0] < 2:
+    raise ValueError(f"mean_pairwise_distance needs x (n, ...) with n >= 2, got shape "
+                     f"{jnp.shape(x)}")
   x = _flat(x)
   n = x.shape[0]
   d = jnp.sqrt(_sqdist(x, x) + 1e-30) * (1 - jnp.eye(n, dtype=x.dtype))
@@ -189,6 +205,13 @@ def density_coverage(real: Array, fake: Array, k: int = 5) -> tuple[Array, Array
     >>> density, coverage = density_coverage(real_images, generated, k=5)
   """
   real, fake = _flat(real), _flat(fake)
+  if real.shape[1] != fake.shape[1]:
+    raise ValueError(f"real and fake must have the same sample shape, got "
+                     f"{jnp.shape(real)} and {jnp.shape(fake)}")
+  if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k < real.shape[0]:
+    # jnp indexing clamps an out-of-range k: every radius would be the largest distance.
+    raise ValueError(f"k must be an int in [1, N - 1] = [1, {real.shape[0] - 1}] for "
+                     f"N = {real.shape[0]} real samples, got {k!r}")
   d_rr = _sqdist(real, real)
   radii = jnp.sort(d_rr, axis=1)[:, k]        # index 0 is the point itself
   inside = _sqdist(fake, real) <= radii[None, :]   # (M, N)
@@ -210,6 +233,8 @@ def pareto_mask(points) -> Array:
     >>> pareto_mask(jnp.array([[1.0, 0.0], [0.5, 0.5], [0.4, 0.4]]))   # [T, T, F]
   """
   p = jnp.asarray(points)
+  if p.ndim != 2 or p.shape[1] != 2:
+    raise ValueError(f"points must have shape (n, 2), got {p.shape}")
   ge = jnp.all(p[None, :, :] >= p[:, None, :], axis=-1)   # j weakly dominates i
   gt = jnp.any(p[None, :, :] > p[:, None, :], axis=-1)
   return ~jnp.any(ge & gt, axis=1)
@@ -230,7 +255,13 @@ def hypervolume_2d(points, reference=(0.0, 0.0)) -> float:
   Example:
     >>> hypervolume_2d([[1.0, 2.0], [2.0, 1.0]])   # 3.0
   """
-  p = np.asarray(points, float) - np.asarray(reference, float)[None, :]
+  p, ref = np.asarray(points, float), np.asarray(reference, float)
+  if p.ndim != 2 or p.shape[1] != 2 or ref.shape != (2,):
+    raise ValueError(f"points must have shape (n, 2) and reference (2,), got {p.shape} and "
+                     f"{ref.shape}")
+  if not (np.isfinite(p).all() and np.isfinite(ref).all()):
+    raise ValueError("points and reference must be finite")
+  p = p - ref[None, :]
   p = p[(p[:, 0] > 0) & (p[:, 1] > 0)]
   if p.size == 0:
     return 0.0
@@ -264,6 +295,11 @@ def class_mode_metrics(samples: Array, means: Array, std: float, radius: float =
   Example:
     >>> class_mode_metrics(samples, means, 0.3)["coverage"]
   """
+  if (jnp.ndim(samples) != 3 or jnp.ndim(means) != 3
+      or jnp.shape(samples)[0] != jnp.shape(means)[0]
+      or jnp.shape(samples)[2] != jnp.shape(means)[2]):
+    raise ValueError(f"class_mode_metrics takes samples (C, n, d) and means (C, K, d), got "
+                     f"{jnp.shape(samples)} and {jnp.shape(means)}")
   rows = []
   for c in range(samples.shape[0]):
     x = samples[c]
@@ -291,6 +327,9 @@ def class_density_metrics(samples: Array, real: Sequence[Array], k: int = 5,
   Example:
     >>> class_density_metrics(samples, [images[labels == c] for c in range(10)])
   """
+  if len(real) != jnp.shape(samples)[0]:
+    raise ValueError(f"real must hold one array per class: {jnp.shape(samples)[0]} for "
+                     f"samples {jnp.shape(samples)}, got {len(real)}")
   rows = []
   for c, reference in enumerate(real):
     density, coverage = density_coverage(reference, samples[c], k)

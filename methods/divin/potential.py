@@ -27,6 +27,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from common import checks
+
 Array = jax.Array
 
 
@@ -49,6 +51,7 @@ def clean_prediction(apply_fn: Callable, params, z: Array, cond: Array,
   Example:
     >>> x1_hat = clean_prediction(model.apply, params, z, cond, num_rollout_steps=8)
   """
+  checks.positive_int("num_rollout_steps", num_rollout_steps)
   h = 1.0 / num_rollout_steps
   x = z
   for k in range(num_rollout_steps):

@@ -19,10 +19,12 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from methods.divin import baselines
 from methods.divin import langevin
 from methods.divin import potential
+from common import checks
 from methods.flow_matching.sampling import sample_ode
 
 Array = jax.Array
@@ -63,9 +65,6 @@ def method_field(method: str, apply_fn: Callable, params, cond: Array, w, key: A
   return baselines.cfg_field(apply_fn, params, cond, w)
 
 
-@functools.partial(jax.jit, static_argnames=("apply_fn", "method", "shape", "num_classes",
-                                             "num_steps", "divin_steps", "rollout_steps",
-                                             "scheme", "cads_t1", "cads_t2"))
 def sample_classes(params, key: Array, w, tau, noise_scale, alpha, eta, *, apply_fn: Callable,
                    method: str, shape: tuple[int, ...], num_classes: int, num_steps: int,
                    divin_steps: int, rollout_steps: int, scheme: str = "ou",
@@ -100,7 +99,41 @@ def sample_classes(params, key: Array, w, tau, noise_scale, alpha, eta, *, apply
     >>> x = sample_classes(params, key, 7.0, 0.2, 0.0, 0.0, 0.05, apply_fn=model.apply,
     ...                    method="divin", shape=(400, 2), num_classes=3, num_steps=32,
     ...                    divin_steps=30, rollout_steps=8)
+
+  Bad arguments raise a one-line ValueError naming them before tracing; the traced
+  scalars are checked only when they are concrete (not under an outer ``jit``).
   """
+  if method not in METHODS:
+    raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+  if scheme not in langevin.SCHEMES:
+    raise ValueError(f"unknown Langevin scheme {scheme!r}; expected one of {langevin.SCHEMES}")
+  shape = tuple(shape)
+  if not shape or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool)
+                          and s >= 1 for s in shape):
+    raise ValueError(f"shape must be a non-empty tuple of ints >= 1, got {shape}")
+  for name, value in (("num_classes", num_classes), ("num_steps", num_steps),
+                      ("rollout_steps", rollout_steps)):
+    checks.positive_int(name, value)
+  checks.positive_int("divin_steps", divin_steps, low=0)
+  baselines.check_cads_window(cads_t1, cads_t2)
+  checks.scalar("w", w, low=-float("inf"))
+  checks.scalar("alpha", alpha, low=-float("inf"))
+  checks.scalar("noise_scale", noise_scale, strict=False)
+  checks.scalar("tau", tau, strict=False)
+  checks.scalar("eta", eta)
+  return _sample_classes(params, key, w, tau, noise_scale, alpha, eta, apply_fn=apply_fn,
+                         method=method, shape=shape, num_classes=num_classes,
+                         num_steps=num_steps, divin_steps=divin_steps,
+                         rollout_steps=rollout_steps, scheme=scheme, cads_t1=cads_t1,
+                         cads_t2=cads_t2)
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn", "method", "shape", "num_classes",
+                                             "num_steps", "divin_steps", "rollout_steps",
+                                             "scheme", "cads_t1", "cads_t2"))
+def _sample_classes(params, key, w, tau, noise_scale, alpha, eta, *, apply_fn, method, shape,
+                    num_classes, num_steps, divin_steps, rollout_steps, scheme, cads_t1,
+                    cads_t2):
   grad_fn = potential.potential_grad(apply_fn, params, rollout_steps)
 
   def one_class(c, key):

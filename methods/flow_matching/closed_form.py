@@ -37,6 +37,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from common import checks
+
 Array = jax.Array
 
 
@@ -49,6 +51,16 @@ class GaussianMixture(NamedTuple):
   weights: Array  # (K,) summing to 1
   means: Array    # (K, d)
   covs: Array     # (K, d, d)
+
+
+def _check_mixture(name: str, target: "GaussianMixture") -> None:
+  k, d = jnp.shape(target.means)[0], jnp.shape(target.means)[-1]
+  if (jnp.ndim(target.means) != 2 or jnp.shape(target.weights) != (k,)
+      or jnp.shape(target.covs) != (k, d, d)):
+    raise ValueError(f"{name} must have weights (K,), means (K, d) and covs (K, d, d), got "
+                     f"{jnp.shape(target.weights)}, {jnp.shape(target.means)} and "
+                     f"{jnp.shape(target.covs)}")
+  checks.weights(f"{name}.weights", target.weights)
 
 
 def standard_normal(d: int, dtype=jnp.float32) -> Gaussian:
@@ -233,6 +245,8 @@ def mixture_sample(key: Array, target: GaussianMixture, n: int) -> Array:
     >>> mix = GaussianMixture(jnp.ones(1), jnp.zeros((1, 2)), jnp.eye(2)[None])
     >>> mixture_sample(jax.random.PRNGKey(0), mix, 5).shape   # (5, 2)
   """
+  _check_mixture("target", target)
+  checks.positive_int("n", n)
   k_comp, k_noise = jax.random.split(key)
   comp = jax.random.choice(k_comp, target.weights.shape[0], (n,), p=target.weights)
   chol = jnp.linalg.cholesky(target.covs)[comp]
@@ -262,7 +276,14 @@ def euler_maruyama_law(target: Gaussian, sigma: float, num_steps: int,
     >>> target = Gaussian(jnp.ones(2), jnp.eye(2))
     >>> law = euler_maruyama_law(target, 1.0, 64)   # close to target, error O(h)
   """
+  checks.positive_int("num_steps", num_steps)
+  checks.scalar("sigma", sigma, strict=False)
+  target = Gaussian(checks.as_float("target.mean", target.mean),
+                    checks.as_float("target.cov", target.cov))
   d = target.mean.shape[0]
+  if target.mean.ndim != 1 or target.cov.shape != (d, d):
+    raise ValueError(f"target must have mean (d,) and cov (d, d), got {target.mean.shape} "
+                     f"and {target.cov.shape}")
   dtype = target.mean.dtype
   source = standard_normal(d, dtype) if source is None else source
   h = 1.0 / jnp.asarray(num_steps, dtype)
@@ -303,6 +324,12 @@ def conditional_mixture_velocity(means: Array, weights: Array, std: float,
     >>> apply = conditional_mixture_velocity(jnp.zeros((2, 1, 2)), jnp.ones((2, 1)), 0.3)
     >>> apply(None, jnp.zeros(4), jnp.ones((4, 2)), jnp.eye(2)[jnp.array([0, 1, 0, 1])])
   """
+  if jnp.ndim(means) != 3 or jnp.shape(weights) != jnp.shape(means)[:2]:
+    raise ValueError(f"means must be (C, K, d) and weights (C, K), got {jnp.shape(means)} "
+                     f"and {jnp.shape(weights)}")
+  checks.weights("weights", weights)
+  checks.scalar("std", std)
+  checks.scalar("sigma", sigma, strict=False)
   num_c, num_k, d = means.shape
   flat_means = means.reshape(num_c * num_k, d)
   covs = jnp.broadcast_to(std ** 2 * jnp.eye(d, dtype=means.dtype), (num_c * num_k, d, d))

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from methods.flow_matching import divergences
+from common import checks
 
 Array = jax.Array
 COUPLINGS = ("independent", "minibatch_ot")
@@ -41,6 +42,9 @@ def ot_pairing(key: Array, x0: Array, x1: Array, eps: float = 0.05,
     >>> j = ot_pairing(key, x0, x1)
     >>> x1_paired = x1[j]
   """
+  checks.scalar("eps", eps)
+  checks.positive_int("num_iters", num_iters)
+  checks.same_shape("x0 and x1", x0, x1)
   a = x0.reshape(x0.shape[0], -1)
   b = x1.reshape(x1.shape[0], -1)
   cost = divergences.squared_distances(a, b)

@@ -16,7 +16,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from common import checks
 from methods.flow_matching.closed_form import Gaussian
+
+
+def _check_pair(p: Gaussian, q: Gaussian) -> None:
+  for name, g in (("p", p), ("q", q)):
+    d = jnp.shape(g.mean)
+    if len(d) != 1 or jnp.shape(g.cov) != d + d:
+      raise ValueError(f"{name} must have mean (d,) and cov (d, d), got {d} and "
+                       f"{jnp.shape(g.cov)}")
+  if jnp.shape(p.mean) != jnp.shape(q.mean):
+    raise ValueError(f"p and q must have the same dimension, got {jnp.shape(p.mean)[0]} "
+                     f"and {jnp.shape(q.mean)[0]}")
+
+
+def _check_samples(names: str, x, y) -> None:
+  if jnp.ndim(x) != 2 or jnp.ndim(y) != 2 or jnp.shape(x)[1] != jnp.shape(y)[1]:
+    raise ValueError(f"{names} must be (n, d) and (m, d) samples, got {jnp.shape(x)} and "
+                     f"{jnp.shape(y)}")
 
 Array = jax.Array
 
@@ -50,6 +68,7 @@ def gaussian_kl(p: Gaussian, q: Gaussian) -> Array:
   Example:
     >>> gaussian_kl(Gaussian(jnp.zeros(1), jnp.eye(1)), Gaussian(jnp.ones(1), jnp.eye(1)))  # 0.5
   """
+  _check_pair(p, q)
   d = p.mean.shape[0]
   lq = jnp.linalg.cholesky(q.cov)
   lp = jnp.linalg.cholesky(p.cov)
@@ -72,6 +91,7 @@ def gaussian_w2(p: Gaussian, q: Gaussian) -> Array:
   Example:
     >>> gaussian_w2(Gaussian(jnp.zeros(1), jnp.eye(1)), Gaussian(jnp.zeros(1), 4 * jnp.eye(1)))  # 1
   """
+  _check_pair(p, q)
   rq = sqrtm_psd(q.cov)
   cross = sqrtm_psd(rq @ p.cov @ rq)
   w2sq = jnp.sum((p.mean - q.mean) ** 2) + jnp.trace(p.cov + q.cov - 2 * cross)
@@ -90,6 +110,8 @@ def empirical_gaussian(x: Array) -> Gaussian:
   Example:
     >>> empirical_gaussian(jax.random.normal(key, (10000, 2))).cov   # ~ I
   """
+  if jnp.ndim(x) != 2 or jnp.shape(x)[0] < 2:
+    raise ValueError(f"x must be (n, d) samples with n >= 2, got shape {jnp.shape(x)}")
   mean = jnp.mean(x, axis=0)
   xc = x - mean
   return Gaussian(mean, xc.T @ xc / (x.shape[0] - 1))
@@ -188,6 +210,9 @@ def sinkhorn_divergence(x: Array, y: Array, eps: float = 0.01,
   Example:
     >>> sinkhorn_divergence(x, x + 1.0, eps=0.01)   # ~ d = W2^2 of a unit shift
   """
+  checks.scalar("eps", eps)
+  checks.positive_int("num_iters", num_iters)
+  _check_samples("x and y", x, y)
   ot = lambda a, b: sinkhorn_plan(squared_distances(a, b), eps, num_iters)[1]
   return ot(x, y) - 0.5 * (ot(x, x) + ot(y, y))
 
@@ -209,4 +234,7 @@ def coupling_w2_bound(x: Array, y: Array) -> Array:
   Example:
     >>> coupling_w2_bound(jnp.zeros((4, 2)), jnp.ones((4, 2)))   # sqrt(2)
   """
+  if jnp.ndim(x) != 2 or jnp.shape(x) != jnp.shape(y):
+    raise ValueError(f"x and y must be paired (n, d) draws of the same shape, got "
+                     f"{jnp.shape(x)} and {jnp.shape(y)}")
   return jnp.sqrt(jnp.mean(jnp.sum((x - y) ** 2, axis=1)))

@@ -14,7 +14,7 @@ where ``batch = {"x1": (B, ...), "cond": (B, C)}``.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import chex
 import jax
@@ -22,8 +22,47 @@ import jax.numpy as jnp
 
 from methods.flow_matching import coupling as coupling_lib
 from methods.flow_matching import paths
+from common import checks
 
 Array = jax.Array
+BATCH_KEYS = ("x1", "cond")
+
+
+def check_batch(batch: Any) -> None:
+  """Checks the structure of a training batch: ``{"x1": (B, ...) float, "cond": (B, C)}``.
+
+  A structure check (keys, ranks, leading sizes, dtypes): it works on tracers, so
+  ``make_loss_fn``'s loss runs it when it is traced (once per compilation), and it
+  adds nothing to the compiled step.
+
+  Args:
+    batch: the batch ``loss_fn`` receives.
+
+  Raises:
+    TypeError if ``batch`` is not a mapping or ``x1`` is not floating point;
+    ValueError listing the expected and the given keys when one is missing, or naming
+    the key whose shape is wrong.
+
+  Example:
+    >>> check_batch({"x1": jnp.zeros((4, 2)), "cond": jnp.zeros((4, 3))})
+  """
+  expected = list(BATCH_KEYS)
+  if not isinstance(batch, Mapping):
+    raise TypeError(f"batch must be a dict with keys {expected}, got a "
+                    f"{type(batch).__name__}")
+  missing = [k for k in BATCH_KEYS if k not in batch]
+  if missing:
+    raise ValueError(f"batch is missing keys {missing}: expected keys {expected}, got "
+                     f"keys {sorted(map(str, batch))}")
+  x1_shape, cond_shape = jnp.shape(batch["x1"]), jnp.shape(batch["cond"])
+  if len(x1_shape) < 1:
+    raise ValueError(f"batch['x1'] must have shape (B, ...), got {x1_shape}")
+  if len(cond_shape) != 2 or cond_shape[0] != x1_shape[0]:
+    raise ValueError(f"batch['cond'] must have shape ({x1_shape[0]}, C) like x1's batch "
+                     f"size, got {cond_shape}")
+  if not jnp.issubdtype(jnp.result_type(batch["x1"]), jnp.floating):
+    raise TypeError(f"batch['x1'] must be floating point, got dtype "
+                    f"{jnp.result_type(batch['x1'])}")
 
 
 def drop_conditions(key: Array, cond: Array, p_uncond: float) -> Array:
@@ -41,6 +80,9 @@ def drop_conditions(key: Array, cond: Array, p_uncond: float) -> Array:
   Example:
     >>> drop_conditions(key, jnp.ones((4, 3)), 0.5)   # about half the rows are zeros
   """
+  checks.scalar("p_uncond", p_uncond, strict=False, high=1.0)
+  if jnp.ndim(cond) != 2:
+    raise ValueError(f"cond must have shape (B, C), got {jnp.shape(cond)}")
   keep = jax.random.bernoulli(key, 1.0 - p_uncond, cond.shape[:1])
   return cond * keep[:, None].astype(cond.dtype)
 
@@ -90,7 +132,9 @@ def make_loss_fn(apply_fn: Callable, *, path: str = "linear", sigma: float = 0.0
     t_max: the largest training time (< 1 keeps the bridge target finite).
 
   Returns:
-    The loss function; ``batch = {"x1": (B, ...), "cond": (B, C)}``.
+    The loss function; ``batch = {"x1": (B, ...), "cond": (B, C)}``. A batch without
+    these keys (or with mismatched leading sizes) raises when the loss is first traced,
+    listing the expected keys and the ones given (``check_batch``).
 
   Example:
     >>> loss_fn = make_loss_fn(model.apply, p_uncond=0.2)
@@ -100,8 +144,15 @@ def make_loss_fn(apply_fn: Callable, *, path: str = "linear", sigma: float = 0.0
     raise ValueError(f"unknown path {path!r}; expected one of {paths.PATHS}")
   if coupling not in coupling_lib.COUPLINGS:
     raise ValueError(f"unknown coupling {coupling!r}; expected one of {coupling_lib.COUPLINGS}")
+  checks.scalar("p_uncond", p_uncond, strict=False, high=1.0)
+  checks.scalar("sigma", sigma, strict=False)
+  checks.scalar("t_max", t_max, high=1.0)
+  if path == "brownian_bridge" and not t_max < 1.0:
+    raise ValueError(f"t_max must be < 1 for the brownian_bridge path (its target "
+                     f"divides by 1 - t), got {t_max}")
 
   def loss_fn(params, batch, key):
+    check_batch(batch)  # runs at trace time only (structure, not values)
     x1, cond = batch["x1"], batch["cond"]
     k0, kt, kz, kc, kd = jax.random.split(key, 5)
     x0 = jax.random.normal(k0, x1.shape, x1.dtype)

@@ -53,6 +53,12 @@ class ConditionalMLP(nn.Module):
 
   @nn.compact
   def __call__(self, t: jax.Array, x: jax.Array, cond: jax.Array) -> jax.Array:
+    if x.ndim != 2 or cond.ndim != 2 or cond.shape[0] != x.shape[0]:
+      raise ValueError(f"ConditionalMLP takes x (B, d) and cond (B, C), got x {x.shape} "
+                       f"and cond {cond.shape}")
+    if jnp.ndim(t) > 1 or (jnp.ndim(t) == 1 and jnp.shape(t)[0] not in (1, x.shape[0])):
+      raise ValueError(f"ConditionalMLP takes t as a scalar or ({x.shape[0]},), got "
+                       f"{jnp.shape(t)}")
     t = jnp.broadcast_to(jnp.asarray(t, x.dtype), x.shape[:1])
     h = jnp.concatenate([x, time_features(t), cond.astype(x.dtype)], axis=-1)
     return MLP(tuple(self.hidden) + (self.dim,), name="mlp")(h)

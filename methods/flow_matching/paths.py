@@ -163,6 +163,14 @@ def sample_path(path: str, x0: Array, x1: Array, t: Array, z: Array | None = Non
   Example:
     >>> xt, target = sample_path("brownian_bridge", x0, x1, t, z, sigma=1.0)
   """
+  if path not in PATHS:
+    raise ValueError(f"unknown path {path!r}; expected one of {PATHS}")
+  if jnp.shape(x0) != jnp.shape(x1):
+    raise ValueError(f"x0 and x1 must have the same shape, got {jnp.shape(x0)} and "
+                     f"{jnp.shape(x1)}")
+  if jnp.ndim(t) > 1 or (jnp.ndim(t) == 1 and jnp.shape(t)[0] != jnp.shape(x0)[0]):
+    raise ValueError(f"times t must be a scalar or have shape ({jnp.shape(x0)[0]},) like "
+                     f"x0's batch, got {jnp.shape(t)}")
   if path == "linear":
     return PathSample(linear_interpolant(x0, x1, t), linear_velocity(x0, x1))
   if path == "brownian_bridge":

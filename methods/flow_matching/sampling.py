@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 import lineax as lx
 
+from common import checks
+
 Array = jax.Array
 Field = Callable[[Array, Array], Array]
 ODE_SOLVERS = ("euler", "heun", "dopri5")
@@ -84,6 +86,8 @@ def sample_ode(field: Field, x0: Array, *, num_steps: int = 50, solver: str = "e
   Example:
     >>> x1 = sample_ode(lambda t, x: -x, jnp.ones((4, 2)), num_steps=100)   # ~ e^{-1}
   """
+  checks.positive_int("num_steps", num_steps)
+  x0 = checks.as_float("x0", x0)
   term = diffrax.ODETerm(lambda t, y, args: field(t, y))
   if solver in ("euler", "heun"):
     solver_obj = diffrax.Euler() if solver == "euler" else diffrax.Heun()
@@ -121,6 +125,9 @@ def sample_sde(drift: Field, x0: Array, key: Array, *, sigma: float,
     >>> x1 = sample_sde(lambda t, x: fm.gaussian_drift(target, t, x, 1.0), x0, key,
     ...                 sigma=1.0, num_steps=64)
   """
+  checks.positive_int("num_steps", num_steps)
+  checks.scalar("sigma", sigma, strict=False)
+  x0 = checks.as_float("x0", x0)
   shape = x0.shape
   flat = x0.reshape(-1)   # diagonal noise sigma I as a lineax diagonal operator on a vector
   bm = diffrax.UnsafeBrownianPath(shape=flat.shape, key=key)
@@ -150,6 +157,9 @@ def brownian_increments(key: Array, num_steps: int, shape, dtype=jnp.float32) ->
   Example:
     >>> dw = brownian_increments(key, 512, (1000, 2))   # shared by coupled chains
   """
+  checks.positive_int("num_steps", num_steps)
+  if not jnp.issubdtype(dtype, jnp.floating):
+    raise TypeError(f"dtype must be a float dtype, got {jnp.dtype(dtype)}")
   return jax.random.normal(key, (num_steps,) + tuple(shape), dtype) * jnp.sqrt(1.0 / num_steps)
 
 
@@ -169,6 +179,7 @@ def coarsen_increments(dw: Array, num_steps: int) -> Array:
   Example:
     >>> coarsen_increments(jnp.ones((8, 3)), 2)   # each row 4.0
   """
+  checks.positive_int("num_steps", num_steps)
   fine = dw.shape[0]
   if fine % num_steps:
     raise ValueError(f"cannot coarsen {fine} increments to {num_steps} steps")
@@ -192,6 +203,11 @@ def euler_maruyama_with_increments(drift: Field, x0: Array, dw: Array, *,
     >>> dw = brownian_increments(key, 64, x0.shape, x0.dtype)
     >>> x1 = euler_maruyama_with_increments(drift, x0, dw, sigma=1.0)
   """
+  checks.scalar("sigma", sigma, strict=False)
+  x0 = checks.as_float("x0", x0)
+  if dw.ndim < 1 or dw.shape[0] < 1 or dw.shape[1:] != x0.shape:
+    raise ValueError(f"dw must have shape (N, *x0.shape) = (N, {', '.join(map(str, x0.shape))}) "
+                     f"with N >= 1, got {dw.shape}")
   num_steps = dw.shape[0]
   h = 1.0 / num_steps
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from common import checks
 from methods.flow_matching.closed_form import Gaussian
 from methods.flow_matching.closed_form import GaussianMixture
 
@@ -44,6 +46,11 @@ def rotated_gaussian(key: Array, d: int, *, mean_scale: float = 1.0, cov_min: fl
     >>> g = rotated_gaussian(jax.random.PRNGKey(0), 3, cov_min=0.5, cov_max=2.0)
     >>> jnp.linalg.eigvalsh(g.cov)   # [0.5, 1.0, 2.0]
   """
+  checks.positive_int("d", d)
+  checks.scalar("cov_min", cov_min)
+  if checks.is_concrete(cov_min):
+    checks.scalar("cov_max", cov_max, low=float(cov_min), strict=False)
+  checks.scalar("mean_scale", mean_scale, low=-np.inf)
   s = jnp.exp(jnp.linspace(jnp.log(cov_min), jnp.log(cov_max), d))
   q, r = jnp.linalg.qr(jax.random.normal(key, (d, d)))
   q = q * jnp.sign(jnp.diag(r))[None, :]
@@ -68,6 +75,10 @@ def sphere_mixture(key: Array, d: int, *, num_components: int = 4, radius: float
     >>> mix = sphere_mixture(jax.random.PRNGKey(0), 2, num_components=4)
     >>> mix.weights   # [0.4, 0.3, 0.2, 0.1]
   """
+  checks.positive_int("d", d)
+  checks.positive_int("num_components", num_components)
+  checks.scalar("radius", radius, strict=False)
+  checks.scalar("std", std)
   k = num_components
   dirs = jax.random.normal(key, (k, d))
   means = radius * dirs / jnp.linalg.norm(dirs, axis=1, keepdims=True)

@@ -71,8 +71,8 @@ def naive(t: Array, x: Array, y: Array, *, key: Array | None = None,
     >>> data = causal.overlap_design(jax.random.PRNGKey(0), 100)
     >>> theta_hat = naive(data.t, data.x, data.y)
   """
-  t, _ = two_stage.check_inputs(t, x, y)
-  return _krr_on_t(t, jnp.asarray(y), lams, scales, kernel_t, max_n, key)
+  t, _, y = two_stage.check_inputs(t, x, y)
+  return _krr_on_t(t, y, lams, scales, kernel_t, max_n, key)
 
 
 def stage1_loo(t: Array, x: Array, y: Array, *, key: Array | None = None,
@@ -99,11 +99,11 @@ def stage1_loo(t: Array, x: Array, y: Array, *, key: Array | None = None,
     >>> data = causal.overlap_design(jax.random.PRNGKey(0), 100)
     >>> mu_hat, k = stage1_loo(data.t, data.x, data.y)
   """
-  t, x = two_stage.check_inputs(t, x, y)
+  t, x, y = two_stage.check_inputs(t, x, y)
   h_t, h_x = selection.base_lengthscales(t, x)
   cands = [two_stage.product_kernel(kernel_t, kernel_x, st * h_t, sx * h_x)
            for st in scales_t for sx in scales_x]
-  best = selection.loo_select(cands, (t, x), jnp.asarray(y), lams, max_n=max_n, key=key)
+  best = selection.loo_select(cands, (t, x), y, lams, max_n=max_n, key=key)
   return krr.KRRFit(centers=(t, x), weights=best.alphas), cands[best.scale_index]
 
 
@@ -122,7 +122,7 @@ def plug_in(t: Array, x: Array, y: Array, **stage1_kwargs) -> two_stage.EffectFu
     >>> data = causal.overlap_design(jax.random.PRNGKey(0), 100)
     >>> theta_hat = plug_in(data.t, data.x, data.y, lams=(1e-4, 1e-2))
   """
-  t, x = two_stage.check_inputs(t, x, y)
+  t, x, y = two_stage.check_inputs(t, x, y)
   fit, k = stage1_loo(t, x, y, **stage1_kwargs)
   return two_stage.marginalize(fit, k, x, chunk_size=2048)
 
@@ -181,6 +181,7 @@ def conditional_density(t: Array, x: Array, *, key: Array | None = None,
     >>> density(data.t[:3], data.x[:3]).shape
     (3,)
   """
+  t, x, _ = two_stage.check_inputs(t, x)
   k_x = kernels.Kernel(kernels.median_heuristic(x), kernel_x)
   best = selection.loo_select([k_x], x, t, lams, max_n=max_n, key=key)
   mean_model = krr.KRRFit(centers=x, weights=best.alphas)
@@ -225,8 +226,7 @@ def doubly_robust(t: Array, x: Array, y: Array, *, key: Array,
     >>> data = causal.overlap_design(jax.random.PRNGKey(0), 100)
     >>> theta_hat = doubly_robust(data.t, data.x, data.y, key=jax.random.PRNGKey(1))
   """
-  t, x = two_stage.check_inputs(t, x, y)
-  y = jnp.asarray(y)
+  t, x, y = two_stage.check_inputs(t, x, y)
   n = t.shape[0]
   if not 2 <= num_folds <= n // 2:
     raise ValueError(f"num_folds must lie in [2, n/2], got {num_folds} for n={n}")

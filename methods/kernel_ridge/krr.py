@@ -28,6 +28,9 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from common import checks
 
 Array = jax.Array
 Gram = Callable[[Any, Any], Array]
@@ -39,6 +42,8 @@ class KRRFit(NamedTuple):
   """A fitted expansion f(z) = sum_l weights_l k(z, centers_l) (see ``predict``)."""
   centers: Any    # pytree with leading axis m (training rows or landmarks)
   weights: Array  # (m,)
+
+
 
 
 def num_rows(z: Any) -> int:
@@ -132,11 +137,25 @@ def chunked_rows(fn: Callable[[Any], Array], z: Any, chunk_size: int | None) -> 
   return out.reshape((num_chunks * chunk_size,) + out.shape[2:])[:n]
 
 
+def check_chunk_size(chunk_size) -> None:
+  """Raises a ValueError unless ``chunk_size`` is None or an int >= 1.
+
+  Example:
+    >>> check_chunk_size(2048)
+  """
+  if chunk_size is not None and (isinstance(chunk_size, bool) or
+                                 not isinstance(chunk_size, (int, np.integer))
+                                 or chunk_size < 1):
+    raise ValueError(f"chunk_size must be None or an int >= 1, got {chunk_size!r}")
+
+
 def _check_fit_args(y: Array, n: int, lam) -> None:
   if y.ndim != 1 or y.shape[0] != n:
     raise ValueError(f"targets y must have shape ({n},), got {y.shape}")
   if not isinstance(lam, jax.core.Tracer) and not float(lam) > 0:
     raise ValueError(f"ridge lambda must be > 0, got {lam}")
+  if not isinstance(lam, jax.core.Tracer) and not float(lam) < np.inf:
+    raise ValueError(f"ridge lambda must be finite, got {lam}")
 
 
 def solve_cholesky(gram: Array, y: Array, lam) -> Array:
@@ -366,14 +385,20 @@ def fit(k: Gram, z: Any, y: Array, lam, *, solver: str = "cholesky",
   """
   if solver not in SOLVERS:
     raise ValueError(f"unknown solver {solver!r}; expected one of {SOLVERS}")
+  check_chunk_size(chunk_size)
   n = num_rows(z)
-  _check_fit_args(jnp.asarray(y), n, lam)
+  y = checks.as_float("targets y", y)
+  _check_fit_args(y, n, lam)
+  z = jax.tree_util.tree_map(lambda a: checks.as_float("inputs z", a), z)
+  for leaf in jax.tree_util.tree_leaves(z):
+    checks.check_finite("inputs z", leaf)
+  checks.check_finite("targets y", y)
   if solver == "nystrom":
     if key is None:
       raise ValueError("solver='nystrom' needs a PRNG key to choose landmarks")
     if num_landmarks < 1:
       raise ValueError(f"num_landmarks must be >= 1, got {num_landmarks}")
-  return _fit(k, z, jnp.asarray(y), lam, key, solver, int(num_landmarks), chunk_size)
+  return _fit(k, z, y, lam, key, solver, int(num_landmarks), chunk_size)
 
 
 def predict(k: Gram, model: KRRFit, z: Any, chunk_size: int | None = None) -> Array:

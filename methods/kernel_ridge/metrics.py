@@ -16,6 +16,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from common import checks
+from methods.kernel_ridge import krr
+
 Array = jax.Array
 
 
@@ -29,20 +32,22 @@ def evaluation_grid(t: Array, quantile: float = 0.05, num_points: int = 100) -> 
     num_points: G >= 2.
 
   Returns:
-    (G,) equispaced treatment values, in the dtype of ``t``.
+    (G,) equispaced treatment values, in the dtype of ``t`` (integer treatments are
+    promoted to the default float dtype; NaN or inf raise a ValueError).
 
   Example:
     >>> grid = evaluation_grid(jax.random.normal(jax.random.PRNGKey(0), (1000,)), 0.05, 20)
     >>> grid.shape
     (20,)
   """
-  t = jnp.asarray(t)
+  t = checks.as_float("treatments t", t)
   if t.ndim != 1 or t.shape[0] < 2:
     raise ValueError(f"treatments t must have shape (n,) with n >= 2, got {t.shape}")
   if not 0 <= quantile < 0.5:
     raise ValueError(f"quantile must lie in [0, 0.5), got {quantile}")
   if num_points < 2:
     raise ValueError(f"num_points must be >= 2, got {num_points}")
+  checks.check_finite("treatments t", t)
   low, high = jnp.quantile(t, jnp.asarray([quantile, 1.0 - quantile], t.dtype))
   return jnp.linspace(low, high, num_points)
 

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from common import checks
 from common import kernels
 from methods.kernel_ridge import krr
 from methods.kernel_ridge import two_stage
@@ -82,8 +83,9 @@ def check_grid(grid: SelectionGrid) -> None:
   """
   for name in ("scales_t", "scales_x", "lams1", "scales_t2", "lams2"):
     values = getattr(grid, name)
-    if len(values) == 0 or min(values) <= 0:
-      raise ValueError(f"selection grid {name} must be non-empty and > 0, got {values}")
+    if len(values) == 0 or not all(0 < float(v) < np.inf for v in values):
+      raise ValueError(f"selection grid {name} must be non-empty, > 0 and finite, "
+                       f"got {values}")
   if not 0 < grid.val_fraction < 1:
     raise ValueError(f"val_fraction must lie in (0, 1), got {grid.val_fraction}")
   if grid.max_n < 8:
@@ -98,12 +100,19 @@ def base_lengthscales(t: Array, x: Array) -> tuple[Array, Array]:
     t: (n,) treatments; x: (n, p) covariates.
 
   Returns:
-    (h_t, h_x), the units of the grid's scales.
+    (h_t, h_x), the units of the grid's scales. A zero median (e.g. a constant
+    treatment) would make every lengthscale 0 and every fit NaN, so it raises a
+    ValueError naming the array (on concrete arrays).
 
   Example:
-    >>> h_t, h_x = base_lengthscales(jnp.linspace(0.0, 1.0, 9), jnp.ones((9, 2)))
+    >>> h_t, h_x = base_lengthscales(jnp.linspace(0.0, 1.0, 9), jnp.linspace(0.0, 1.0, 9))
   """
-  return kernels.median_heuristic(t), kernels.median_heuristic(x)
+  h_t, h_x = kernels.median_heuristic(t), kernels.median_heuristic(x)
+  for name, h in (("treatment t", h_t), ("covariates x", h_x)):
+    if not isinstance(h, jax.core.Tracer) and not float(h) > 0:
+      raise ValueError(f"{name} has median pairwise distance {float(h)} (most rows are "
+                       "equal); the median-heuristic lengthscale must be > 0")
+  return h_t, h_x
 
 
 @jax.jit
@@ -141,7 +150,18 @@ def loo_select(kernel_list: Sequence, z, y: Array, lams: Sequence[float], *,
     >>> best = loo_select([kernels.Kernel(s) for s in (0.2, 0.5)], x, jnp.sin(3 * x),
     ...                   (1e-4, 1e-2), max_n=20, key=jax.random.PRNGKey(0))
   """
+  if len(kernel_list) == 0:
+    raise ValueError("kernel_list must hold at least one candidate kernel, got none")
+  if len(lams) == 0 or not all(0 < float(v) < np.inf for v in lams):
+    raise ValueError(f"lams must be non-empty, > 0 and finite, got {lams}")
   n = krr.num_rows(z)
+  y = checks.as_float("targets y", y)
+  if y.shape != (n,):
+    raise ValueError(f"targets y must have shape ({n},), got {y.shape}")
+  z = jax.tree_util.tree_map(lambda a: checks.as_float("inputs z", a), z)
+  for leaf in jax.tree_util.tree_leaves(z):
+    checks.check_finite("inputs z", leaf)
+  checks.check_finite("targets y", y)
   z_sel, y_sel = z, y
   if max_n is not None and n > max_n:
     if key is None:
@@ -264,7 +284,9 @@ def select_two_stage(t: Array, x: Array, y: Array, key: Array,
     >>> chosen.scores.shape
     (1, 1, 1, 1, 2)
   """
-  t, x = two_stage.check_inputs(t, x, y)
+  t, x, y = two_stage.check_inputs(t, x, y)
+  if key is None:
+    raise TypeError("select_two_stage needs a PRNG key (key) for the split, got None")
   check_grid(grid)
   n = t.shape[0]
   if n < 8:
@@ -277,6 +299,9 @@ def select_two_stage(t: Array, x: Array, y: Array, key: Array,
 
   theta_tilde = _pseudo_labels(d2, x, grid, stage1_kernel)
   scores = _score_grid(d1, d2[0], theta_tilde, x, grid, h_t, h_x, kernel_t, kernel_x)
+  if not np.isfinite(scores).any():
+    raise ValueError("select_two_stage: every candidate of the grid scored NaN or inf; "
+                     "expected at least one finite pseudo-label error")
   a, b, c, d, e_ = np.unravel_index(np.argmin(scores), scores.shape)
   hyper = two_stage.TwoStageHyper(
       lengthscale_t=float(grid.scales_t[a] * h_t),

@@ -36,6 +36,7 @@ from flax import struct
 import jax
 import jax.numpy as jnp
 
+from common import checks
 from common import kernels
 from methods.kernel_ridge import krr
 
@@ -74,31 +75,44 @@ class TwoStageFit(NamedTuple):
   pseudo_outcomes: Array      # (n,) the stage-2 regression targets
 
 
-def check_inputs(t: Array, x: Array, y: Array | None = None) -> tuple[Array, Array]:
-  """Validates shapes: t (n,), x (n,) or (n, p), y (n,), n >= 2.
+def check_inputs(t: Array, x: Array, y: Array | None = None
+                 ) -> tuple[Array, Array, Array | None]:
+  """Validates the sample: t (n,), x (n,) or (n, p), y (n,), n >= 2, all finite.
+
+  Integer (or boolean) arrays are promoted to the default float dtype: the
+  hyperparameters are cast to the dtype of t, so integer doses would otherwise turn
+  lengthscales and ridges into 0 and give NaN fits. NaN or inf values raise (on
+  concrete arrays; tracers are only shape-checked).
 
   Args:
     t: treatments; x: covariates; y: outcomes, or None to skip their check.
 
   Returns:
-    (t, x as an (n, p) matrix); a ValueError names the offending shape otherwise.
+    (t, x as an (n, p) matrix, y or None), float arrays; a ValueError names the
+    offending array and its shape or first non-finite index otherwise.
 
   Example:
-    >>> t, x = check_inputs(jnp.zeros(4), jnp.zeros(4), jnp.zeros(4))
-    >>> x.shape
-    (4, 1)
+    >>> t, x, y = check_inputs(jnp.arange(4), jnp.zeros(4), jnp.zeros(4))
+    >>> x.shape, t.dtype
+    ((4, 1), dtype('float32'))
   """
-  t = jnp.asarray(t)
-  x = kernels.as_matrix(x)
+  t = checks.as_float("treatment t", t)
+  x = kernels.as_matrix(checks.as_float("covariates x", x))
   if t.ndim != 1:
     raise ValueError(f"treatment t must have shape (n,), got {t.shape}")
   if x.shape[0] != t.shape[0]:
     raise ValueError(f"covariates x must have {t.shape[0]} rows like t, got {x.shape}")
-  if y is not None and jnp.shape(y) != t.shape:
-    raise ValueError(f"outcome y must have shape {t.shape}, got {jnp.shape(y)}")
+  if y is not None:
+    y = checks.as_float("outcome y", y)
+    if y.shape != t.shape:
+      raise ValueError(f"outcome y must have shape {t.shape}, got {y.shape}")
   if t.shape[0] < 2:
     raise ValueError(f"need at least 2 observations, got {t.shape[0]}")
-  return t, x
+  checks.check_finite("treatment t", t)
+  checks.check_finite("covariates x", x)
+  if y is not None:
+    checks.check_finite("outcome y", y)
+  return t, x, y
 
 
 def product_kernel(name_t: str, name_x: str, lengthscale_t, lengthscale_x
@@ -225,9 +239,15 @@ def _needs_key(solver: str, pseudo: str) -> bool:
 
 
 def _check_hyper(hyper: TwoStageHyper) -> None:
+  if not isinstance(hyper, TwoStageHyper):
+    raise TypeError(f"hyper must be a TwoStageHyper, got {type(hyper).__name__}")
   for name, value in hyper._asdict().items():
-    if not isinstance(value, jax.core.Tracer) and not float(value) > 0:
+    if isinstance(value, jax.core.Tracer):
+      continue
+    if not float(value) > 0:
       raise ValueError(f"{name} must be > 0, got {value}")
+    if not float(value) < float("inf"):
+      raise ValueError(f"{name} must be finite, got {value}")
 
 
 def fit_two_stage(t: Array, x: Array, y: Array, hyper: TwoStageHyper, *,
@@ -261,14 +281,17 @@ def fit_two_stage(t: Array, x: Array, y: Array, hyper: TwoStageHyper, *,
     >>> sparse = fit_two_stage(data.t, data.x, data.y, hyper, key=jax.random.PRNGKey(1),
     ...                        solver="nystrom", num_landmarks=50)
   """
-  t, x = check_inputs(t, x, y)
+  t, x, y = check_inputs(t, x, y)
   _check_hyper(hyper)
+  krr.check_chunk_size(chunk_size)
   for name in (kernel_t, kernel_x):
     kernels.get_kernel(name)  # raises on an unknown name
   if pseudo not in PSEUDO_OUTCOMES:
     raise ValueError(f"unknown pseudo-outcome rule {pseudo!r}; expected one of {PSEUDO_OUTCOMES}")
   if solver not in krr.SOLVERS:
     raise ValueError(f"unknown solver {solver!r}; expected one of {krr.SOLVERS}")
+  if solver == "nystrom" and num_landmarks < 1:
+    raise ValueError(f"num_landmarks must be >= 1, got {num_landmarks}")
   if num_permutations < 1:
     raise ValueError(f"num_permutations must be >= 1, got {num_permutations}")
   if key is None and _needs_key(solver, pseudo):
@@ -276,5 +299,5 @@ def fit_two_stage(t: Array, x: Array, y: Array, hyper: TwoStageHyper, *,
                      "pass a PRNG key")
   dtype = t.dtype
   hyper = TwoStageHyper(*(jnp.asarray(v, dtype) for v in hyper))
-  return _fit_two_stage(t, x, jnp.asarray(y), hyper, key, kernel_t, kernel_x, pseudo,
+  return _fit_two_stage(t, x, y, hyper, key, kernel_t, kernel_x, pseudo,
                         solver, int(num_landmarks), chunk_size, int(num_permutations))

@@ -16,6 +16,7 @@ instrumented runs of a `Transformer` (recorded queries, teacher-forced decoding)
 from __future__ import annotations
 
 import math
+import numbers
 from typing import NamedTuple
 
 import jax
@@ -64,6 +65,11 @@ def estimator_trials(o: jax.Array, q: jax.Array, key: jax.Array, num_rotations: 
     >>> trials = estimator_trials(o, q, jax.random.PRNGKey(0), 100)
     >>> error_stats(trials.randomized, jnp.sum(o * q, -1), trials.bound)["bias_t_rms"]
   """
+  if o.ndim != 2 or o.shape != q.shape:
+    raise ValueError(f"estimator_trials: o {o.shape} and q {q.shape} must both be (N, D)")
+  if (isinstance(num_rotations, bool) or not isinstance(num_rotations, numbers.Integral)
+      or num_rotations < 1):
+    raise ValueError(f"estimator_trials: num_rotations={num_rotations!r}; expected an int >= 1")
   n, d = o.shape
 
   def pair_estimates(codes, q_rot, round_key):

@@ -17,6 +17,7 @@ stays bounded as the cache grows (RaBitQCache's lazy update).
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import NamedTuple
 
 import jax
@@ -67,6 +68,12 @@ class RaBitQConfig:
   decode_blocks: sd_kernel.SparseDecodeBlocks = sd_kernel.SparseDecodeBlocks()
 
   def __post_init__(self):
+    for name in ("num_sink", "recent_window", "interval", "max_budget", "query_bits"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"RaBitQConfig.{name}={value!r}; expected an int")
+    if self.query_bits > 16:
+      raise ValueError(f"RaBitQConfig.query_bits={self.query_bits} must be <= 16")
     for name in ("recent_window", "interval", "max_budget", "query_bits"):
       if getattr(self, name) < 1:
         raise ValueError(f"RaBitQConfig.{name}={getattr(self, name)} must be >= 1")
@@ -199,6 +206,11 @@ def with_top_p(cache: transformer.KVCache, top_p: float) -> transformer.KVCache:
   Example:
     >>> logits = decode(with_top_p(cache, 0.95))
   """
+  if cache.state is None:
+    raise ValueError("with_top_p: cache.state is None; expected a RaBitQ cache "
+                     "(methods.rabitq_attention.init_cache)")
+  if not isinstance(top_p, jax.core.Tracer) and not 0.0 < float(top_p) <= 1.0:
+    raise ValueError(f"with_top_p: top_p={top_p!r}; expected a number in (0, 1]")
   p = jnp.asarray(top_p, jnp.float32)
   return cache._replace(state=tuple(s._replace(top_p=p) for s in cache.state))
 

@@ -22,6 +22,7 @@ plane_j(q_u) (bit j of every coordinate, packed like x_b) feed the popcount kern
 
 from __future__ import annotations
 
+import numbers
 from typing import NamedTuple
 
 import jax
@@ -205,6 +206,8 @@ def quantize_query(q_rot: jax.Array, key: jax.Array | None = None, *,
   """
   if randomized and key is None:
     raise ValueError("randomised query rounding needs a PRNG key")
+  if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not 1 <= bits <= 16:
+    raise ValueError(f"quantize_query: bits={bits!r}; expected an int in [1, 16]")
   levels = (1 << bits) - 1
   q_rot = q_rot.astype(jnp.float32)
   v_l = jnp.min(q_rot, axis=-1)

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 NEG_INF = -jnp.inf
 
@@ -61,6 +62,9 @@ def top_p_select(logits: jax.Array, valid: jax.Array, p: float | jax.Array, max_
     Array(2, dtype=int32)
   """
   s = logits.shape[-1]
+  if not isinstance(p, jax.core.Tracer) and not np.all(np.asarray(p) > 0):
+    # p <= 0 or NaN would silently keep only the top token.
+    raise ValueError(f"top_p_select: p={p!r}; expected a target mass > 0 (p >= 1 keeps all)")
   if not 1 <= max_budget <= s:
     raise ValueError(f"max_budget={max_budget} must be in [1, {s}] (the number of positions)")
   valid = jnp.broadcast_to(valid, logits.shape)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 PEAKED_ALPHA, FLAT_ALPHA = 24.0, 16.0   # query scales of the peaked and the flat queries
 PEAKED_TOKENS, FLAT_TOKENS = 4, 64      # relevant tokens per peaked / flat query
@@ -35,6 +36,9 @@ def query_at_cosine(o: jax.Array, e: jax.Array, cos: jax.Array) -> jax.Array:
     >>> query_at_cosine(o, e, jnp.array([0.6]))
     Array([0.6, 0.8], dtype=float32)
   """
+  if not isinstance(cos, jax.core.Tracer) and not np.all(np.abs(np.asarray(cos)) <= 1):
+    raise ValueError(f"query_at_cosine: cos={cos!r}; expected cosines in [-1, 1] "
+                     "(sqrt(1 - cos^2) would be NaN)")
   e = e - jnp.sum(e * o, axis=-1, keepdims=True) * o
   e = e / jnp.linalg.norm(e, axis=-1, keepdims=True)
   return cos * o + jnp.sqrt(1.0 - cos * cos) * e
@@ -66,6 +70,10 @@ def synthetic_cache(key: jax.Array, length: int, dim: int, num_queries: int,
   Example:
     >>> q, k, v = synthetic_cache(jax.random.PRNGKey(0), 2048, 128, 8, 4)
   """
+  if length <= 120 or not 0 <= outliers < dim or num_queries < 1:
+    raise ValueError(f"synthetic_cache: length={length}, dim={dim}, num_queries={num_queries}, "
+                     f"outliers={outliers}; expected length > 120, 0 <= outliers < dim and "
+                     "num_queries >= 1")
   km, kz, kv, kq, kr, kc = jax.random.split(key, 6)
   sigma = jnp.ones((dim,)).at[:outliers].set(3.0)
   mu = 2.0 * jax.random.normal(km, (dim,))

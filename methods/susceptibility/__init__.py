@@ -4,7 +4,8 @@ ICML 2026).
 
 Public API:
   sgld, run_chains, default_n_beta, SGLDState, SGLDTrace          (sgld.py)
-  estimate_llc, init_loss, diagnose, stability_number, LLCEstimate (llc.py)
+  estimate_llc, init_loss, diagnose, stability_number, LLCEstimate,
+  mala_acceptance, split_rhat                                     (llc.py)
   linear_regression, step_size_sweep, RegressionProblem           (calibration.py)
   pooled_covariance, susceptibilities, component_susceptibilities,
   stack_trees, SusceptibilityResult                               (susceptibilities.py)
@@ -41,6 +42,8 @@ from methods.susceptibility.llc import diagnose
 from methods.susceptibility.llc import estimate_llc
 from methods.susceptibility.llc import init_loss
 from methods.susceptibility.llc import LLCEstimate
+from methods.susceptibility.llc import mala_acceptance
+from methods.susceptibility.llc import split_rhat
 from methods.susceptibility.llc import stability_number
 from methods.susceptibility.sgld import default_n_beta
 from methods.susceptibility.sgld import run_chains
@@ -60,7 +63,8 @@ __all__ = [
     "conductance", "conductance_clustering", "knn_graph", "standardize", "sweep_cut",
     "SweepCut", "block_masks", "head_ablation", "head_masks", "loss_by_label",
     "subtree_mask", "token_losses", "diagnose", "estimate_llc", "init_loss",
-    "LLCEstimate", "stability_number", "default_n_beta", "run_chains", "sgld",
+    "LLCEstimate", "mala_acceptance", "split_rhat", "stability_number",
+    "default_n_beta", "run_chains", "sgld",
     "SGLDState", "SGLDTrace", "component_susceptibilities", "pooled_covariance",
     "stack_trees", "susceptibilities", "SusceptibilityResult",
 ]

@@ -27,6 +27,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from methods.susceptibility.sgld import run_chains
 
@@ -72,6 +73,13 @@ def linear_regression(key: jax.Array, dim: int, n: int, batch_size: int,
     >>> problem.true_llc, problem.batch_fn(0)[0].shape
     (1.5, (10, 3))
   """
+  for name, value, low in (("dim", dim, 1), ("n", n, max(dim, 1)), ("batch_size", batch_size, 1)):
+    if not isinstance(value, (int, np.integer)) or value < low:
+      raise ValueError(f"linear_regression: {name}={value!r}; expected an int >= {low}"
+                       + (" (n >= dim, or w0 is not unique and lambda != d/2)"
+                          if name == "n" else ""))
+  if not 0 < noise < float("inf"):
+    raise ValueError(f"linear_regression: noise={noise!r}; expected a finite value > 0")
   kx, kw, ke, kb = jax.random.split(key, 4)
   x = jax.random.normal(kx, (n, dim))
   y = x @ jax.random.normal(kw, (dim,)) + noise * jax.random.normal(ke, (n,))
@@ -113,6 +121,10 @@ def step_size_sweep(loss_fn: Callable[[Any, Any], jax.Array], params: Any,
     ...                 n_beta=4.0, localization=1.0, num_chains=1, num_draws=3).shape
     (1, 1, 3)
   """
+  eps = np.asarray(step_sizes, np.float64)
+  if eps.ndim != 1 or eps.size == 0 or not np.all((eps > 0) & np.isfinite(eps)):
+    raise ValueError(f"step_size_sweep: step_sizes={list(np.ravel(eps))!r}; expected a "
+                     "non-empty sequence of finite values > 0")
   run = jax.vmap(lambda eps: run_chains(loss_fn, params, batch_fn, key, step_size=eps,
                                         **run_chains_kwargs).loss)
   return run(jnp.asarray(step_sizes))

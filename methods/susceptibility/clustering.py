@@ -33,6 +33,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from common import checks
+
 try:  # Small eigenproblems run far faster on one BLAS thread on a busy machine.
   from threadpoolctl import threadpool_limits as _blas_limits
 except ImportError:  # pragma: no cover
@@ -62,6 +64,7 @@ def standardize(features: np.ndarray) -> np.ndarray:
   x = np.asarray(features, np.float64)
   if x.ndim != 2:
     raise ValueError(f"features must be (tokens, features), got shape {x.shape}")
+  checks.check_finite("standardize: features", x)
   std = x.std(axis=0)
   return (x - x.mean(axis=0)) / np.where(std > 0, std, 1.0)
 
@@ -88,6 +91,7 @@ def knn_graph(features: np.ndarray, k: int = 10) -> np.ndarray:
   n = x.shape[0]
   if not 1 <= k < n:
     raise ValueError(f"knn_graph needs 1 <= k < N={n}, got k={k}")
+  checks.check_finite("knn_graph: features", x)
   norms = np.linalg.norm(x, axis=1, keepdims=True)
   u = x / np.where(norms > 0, norms, 1.0)
   sim = (1.0 + u @ u.T) / 2.0

@@ -57,11 +57,15 @@ class SGLDTrace(NamedTuple):
     loss: (chains, num_burnin + num_draws * thin) minibatch loss L_batch(w_t) at the
       params each step's gradient was taken at (step 0 is at w0).
     sq_distance: same shape, ||w_t - w0||^2 over the sampled coordinates.
+    drift_sq_norm: same shape, ||m (n_beta g_t + gamma (w_t - w0) + lambda_wd w_t)||^2,
+      the squared norm of the drift (the gradient of the localized potential) at w_t;
+      `llc.mala_acceptance` turns consecutive values into the step-size check.
     observations: `observe_fn`'s pytree with leading axes (chains, num_draws), taken
       after every `thin`-th step past burn-in (None without `observe_fn`).
   """
   loss: jax.Array
   sq_distance: jax.Array
+  drift_sq_norm: jax.Array
   observations: Any
 
 
@@ -123,8 +127,8 @@ def sgld(step_size: float, n_beta: float, localization: float, *, key: jax.Array
   for name, value in (("step_size", step_size), ("n_beta", n_beta),
                       ("localization", localization), ("weight_decay", weight_decay),
                       ("noise_scale", noise_scale)):
-    if not isinstance(value, jax.Array) and not value >= 0:
-      raise ValueError(f"sgld: {name}={value!r} must be >= 0")
+    if not isinstance(value, jax.Array) and not 0 <= value < math.inf:
+      raise ValueError(f"sgld: {name}={value!r}; expected a finite value >= 0")
   if not isinstance(step_size, jax.Array) and not step_size > 0:
     raise ValueError(f"sgld: step_size={step_size!r} must be > 0")
 
@@ -135,9 +139,7 @@ def sgld(step_size: float, n_beta: float, localization: float, *, key: jax.Array
     if params is None:
       raise ValueError("sgld needs the current params: update(grads, state, params)")
     noise = optax.tree.random_like(jax.random.fold_in(state.key, state.count), params)
-    drift = jax.tree.map(
-        lambda g, w, w0: n_beta * g + localization * (w - w0) + weight_decay * w,
-        grads, params, state.anchor)
+    drift = _drift(grads, params, state.anchor, n_beta, localization, weight_decay)
     updates = jax.tree.map(lambda d, xi: -(step_size / 2) * d
                            + jnp.sqrt(step_size) * noise_scale * xi, drift, noise)
     if mask is not None:
@@ -147,12 +149,23 @@ def sgld(step_size: float, n_beta: float, localization: float, *, key: jax.Array
   return optax.GradientTransformation(init, update)
 
 
+def _drift(grads, params, anchor, n_beta, localization, weight_decay):
+  """n_beta g + gamma (w - w0) + lambda_wd w, leaf by leaf."""
+  return jax.tree.map(
+      lambda g, w, w0: n_beta * g + localization * (w - w0) + weight_decay * w,
+      grads, params, anchor)
+
+
+def _masked_sq_norm(tree, mask) -> jax.Array:
+  """||mask * tree||^2."""
+  if mask is not None:
+    tree = jax.tree.map(lambda d, m: d * m.astype(d.dtype), tree, mask)
+  return optax.tree.norm(tree, squared=True)
+
+
 def _sq_distance(params, anchor, mask) -> jax.Array:
   """||mask * (w - w0)||^2."""
-  diff = optax.tree.sub(params, anchor)
-  if mask is not None:
-    diff = jax.tree.map(lambda d, m: d * m.astype(d.dtype), diff, mask)
-  return optax.tree.norm(diff, squared=True)
+  return _masked_sq_norm(optax.tree.sub(params, anchor), mask)
 
 
 def run_chains(loss_fn: Callable[[Any, Any], jax.Array], params: Any,
@@ -207,6 +220,13 @@ def run_chains(loss_fn: Callable[[Any, Any], jax.Array], params: Any,
     if not isinstance(value, int) or value < low:
       raise ValueError(f"run_chains: {name}={value!r}; expected an int >= {low}")
 
+  for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+    if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
+      raise TypeError(f"run_chains: params leaf {jax.tree_util.keystr(path) or 'params'} has "
+                      f"dtype {jnp.result_type(leaf)}; expected a floating dtype")
+  if mask is not None and (jax.tree.structure(mask) != jax.tree.structure(params)):
+    raise ValueError(f"run_chains: mask has tree structure {jax.tree.structure(mask)}; "
+                     f"expected the params' {jax.tree.structure(params)}")
   steps_per_chain = num_burnin + num_draws * thin
 
   def one_chain(chain_key, chain, params, mask):
@@ -221,20 +241,21 @@ def run_chains(loss_fn: Callable[[Any, Any], jax.Array], params: Any,
       chex.assert_shape(loss, ())
       updates, opt_state = opt.update(grads, opt_state, w)
       dist = _sq_distance(w, params, mask)
-      return (optax.apply_updates(w, updates), opt_state), (loss, dist)
+      drift = _masked_sq_norm(
+          _drift(grads, w, params, n_beta, localization, weight_decay), mask)
+      return (optax.apply_updates(w, updates), opt_state), (loss, dist, drift)
 
-    carry, (burn_loss, burn_dist) = jax.lax.scan(
-        step, (params, state), jnp.arange(num_burnin, dtype=jnp.int32))
+    carry, burn = jax.lax.scan(step, (params, state), jnp.arange(num_burnin, dtype=jnp.int32))
 
     def draw(carry, d):
       steps = num_burnin + d * thin + jnp.arange(thin, dtype=jnp.int32)
-      carry, (loss, dist) = jax.lax.scan(step, carry, steps)
+      carry, per_step = jax.lax.scan(step, carry, steps)
       obs = None if observe_fn is None else observe_fn(carry[0])
-      return carry, (loss, dist, obs)
+      return carry, (per_step, obs)
 
-    _, (loss, dist, obs) = jax.lax.scan(draw, carry, jnp.arange(num_draws, dtype=jnp.int32))
-    return SGLDTrace(jnp.concatenate([burn_loss, loss.reshape(-1)]),
-                     jnp.concatenate([burn_dist, dist.reshape(-1)]), obs)
+    _, (per_step, obs) = jax.lax.scan(draw, carry, jnp.arange(num_draws, dtype=jnp.int32))
+    loss, dist, drift = (jnp.concatenate([b, x.reshape(-1)]) for b, x in zip(burn, per_step))
+    return SGLDTrace(loss, dist, drift, obs)
 
   @jax.jit
   def all_chains(key, params, mask):

@@ -72,6 +72,9 @@ def gaussian_sigma(bound: float, epsilon: float, delta: float) -> float:
   """
   if not (0.0 < epsilon and 0.0 < delta < 1.0):
     raise ValueError(f"need epsilon > 0 and delta in (0, 1), got {epsilon}, {delta}")
+  if not float(bound) >= 0:
+    raise ValueError(f"gaussian_sigma: bound={bound!r}; expected B >= 0 (a NaN bound means "
+                     "the removal diverged)")
   return float(bound) * math.sqrt(2.0 * math.log(1.25 / delta)) / float(epsilon)
 
 
@@ -93,6 +96,9 @@ def gaussian_delta(bound: float, sigma: float, epsilon: float) -> float:
     >>> gaussian_delta(1.0, gaussian_sigma(1.0, 0.5, 1e-5), 0.5) <= 1e-5
     True
   """
+  if not float(bound) >= 0 or not float(sigma) > 0 or not float(epsilon) >= 0:
+    raise ValueError(f"gaussian_delta: bound={bound!r}, sigma={sigma!r}, epsilon={epsilon!r}; "
+                     "expected bound >= 0, sigma > 0 and epsilon >= 0")
   if bound == 0:
     return 0.0
   a, b = bound / (2.0 * sigma), epsilon * sigma / bound
@@ -114,6 +120,9 @@ def stage_bound(residual: float, previous: float, lam: float, mu: float) -> floa
     >>> stage_bound(0.1, 0.0, lam=1.0, mu=0.25)   # 0.08
   """
   m = lam + mu
+  if not (lam >= 0 and mu >= 0 and m > 0):
+    raise ValueError(f"stage_bound: lam={lam!r}, mu={mu!r}; expected lam, mu >= 0 with "
+                     "lam + mu > 0 (the strong convexity m)")
   return float(residual) / m + lam / m * float(previous)
 
 

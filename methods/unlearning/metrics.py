@@ -61,6 +61,8 @@ def expected_unlearning_loss(theta_hat, theta_retrain, sigma: float) -> float:
     >>> expected_unlearning_loss({"w": jnp.ones(4)}, {"w": jnp.zeros(4)}, 0.5)
     5.0
   """
+  if not float(sigma) >= 0:
+    raise ValueError(f"expected_unlearning_loss: sigma={sigma!r}; expected >= 0")
   d = sum(np.size(x) for x in jax.tree.leaves(theta_hat))
   return squared_distance(theta_hat, theta_retrain) + d * float(sigma) ** 2
 
@@ -81,6 +83,12 @@ def auc(member_scores, nonmember_scores) -> float:
   """
   a = np.asarray(member_scores, np.float64)
   b = np.asarray(nonmember_scores, np.float64)
+  for name, v in (("member_scores", a), ("nonmember_scores", b)):
+    if v.ndim != 1 or v.size == 0:
+      raise ValueError(f"auc: {name} has shape {v.shape}; expected a non-empty 1-D array")
+    if not np.all(np.isfinite(v)):
+      raise ValueError(f"auc: {name} has a non-finite score at index "
+                       f"{int(np.argmin(np.isfinite(v)))}; expected finite scores")
   allv = np.concatenate([a, b])
   order = np.argsort(allv, kind="mergesort")
   ranks = np.empty(len(allv))

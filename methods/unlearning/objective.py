@@ -104,6 +104,17 @@ def make_task(x, y, w=None) -> Task:
   if x.ndim != 2 or y.shape[:1] != x.shape[:1] or w.shape != x.shape[:1]:
     raise ValueError(f"task shapes x {x.shape}, y {y.shape}, w {w.shape}: expected "
                      "x (n, p), y (n,) and w (n,)")
+  if x.shape[0] == 0:
+    raise ValueError("make_task: x has 0 examples; expected n >= 1")
+  for name, a in (("x", x), ("y", y), ("w", w)):
+    if jnp.issubdtype(a.dtype, jnp.inexact) and not isinstance(a, jax.core.Tracer):
+      bad = np.argwhere(~np.isfinite(np.asarray(a)))
+      if len(bad):
+        raise ValueError(f"make_task: {name} has a non-finite value at index "
+                         f"{tuple(int(i) for i in bad[0])}; expected finite values")
+  if not isinstance(w, jax.core.Tracer) and bool(jnp.any(w < 0)):
+    raise ValueError(f"make_task: w has a negative weight at index {int(jnp.argmax(w < 0))}; "
+                     "expected weights >= 0")
   return Task(x, y, w)
 
 

@@ -37,7 +37,9 @@ Which inputs are read. AGZO needs, for the kernel at `params[path]["kernel"]`, i
 input at `taps[path]["input"]` (the convention of `common.models.taps`): the
 transformer's linear layers record it, and so does any flax model built with
 `common.models.TappedDense` or applied with `common.models.apply_with_taps` (which
-taps every `nn.Dense`). Kernels without a tap get isotropic Gaussian noise.
+taps every `nn.Dense`). A linear kernel without a tap is an error (AGZO would quietly
+be MeZO on that layer); `untapped="isotropic"` opts in to isotropic Gaussian noise
+for such kernels.
 
 References:
   Activation-Guided Zeroth-Order optimization (AGZO), ICML 2026 (abstract in
@@ -61,6 +63,12 @@ from methods.zeroth_order import transform
 
 Path = tuple[str, ...]
 _SKETCH_STREAM = 2**31 - 2
+UNTAPPED = ("error", "isotropic")
+
+
+def _check_untapped(fn: str, untapped: str) -> None:
+  if untapped not in UNTAPPED:
+    raise ValueError(f"{fn}: untapped={untapped!r}; expected one of {UNTAPPED}")
 
 
 def power_iteration_basis(h: jax.Array, rank: int, key: jax.Array,
@@ -91,9 +99,7 @@ def power_iteration_basis(h: jax.Array, rank: int, key: jax.Array,
   References:
     Halko, Martinsson, Tropp, "Finding structure with randomness", SIAM Review 2011.
   """
-  if rank < 1 or num_iters < 1:
-    raise ValueError(f"power_iteration_basis: rank={rank}, num_iters={num_iters}; "
-                     "expected both >= 1")
+  perturbation.check_positive_int("power_iteration_basis", rank=rank, num_iters=num_iters)
   d_in = h.shape[-1]
   hm = h.reshape(-1, d_in).astype(jnp.float32)
   r = min(rank, hm.shape[0], d_in)
@@ -112,7 +118,7 @@ def _path_of(key_path) -> Path:
 
 
 def activation_bases(params: Any, taps: Any, key: jax.Array, *, rank: int,
-                     num_iters: int = 2) -> dict[Path, jax.Array]:
+                     num_iters: int = 2, untapped: str = "error") -> dict[Path, jax.Array]:
   """{path of each tapped linear layer: A (d_in, r')} from its input activations.
 
       A_path = power_iteration_basis(taps[path]["input"], rank, fold_in(key, i))
@@ -122,14 +128,20 @@ def activation_bases(params: Any, taps: Any, key: jax.Array, *, rank: int,
   Args:
     params: the parameter pytree (linear layers hold a 2-D "kernel").
     taps: the "taps" collection (`common.models.taps`): taps[path]["input"] is
-      the input of params[path]["kernel"]. Layers without a tap are left out
-      (they get Gaussian noise).
+      the input of params[path]["kernel"].
     key: the power iterations' starting blocks.
     rank: r.
     num_iters: power iterations q.
+    untapped: "error" (default): a linear layer without a tap (or params without
+      any linear layer) raises; "isotropic": such layers are left out of the
+      bases, so `agzo_direction` gives them isotropic Gaussian noise.
 
   Returns:
     {path: A}.
+
+  Raises:
+    ValueError: an untapped linear layer (untapped="error"), or a tap whose last
+    axis is not the kernel's d_in. Both are structural, found when tracing.
 
   Example:
       >>> params = {"lin": {"kernel": jnp.zeros((16, 7))}}
@@ -137,12 +149,37 @@ def activation_bases(params: Any, taps: Any, key: jax.Array, *, rank: int,
       >>> activation_bases(params, taps, jax.random.PRNGKey(0), rank=3)[("lin",)].shape
       (16, 3)
   """
-  bases = {}
-  for i, path in enumerate(taps_lib.linear_paths(params)):
+  _check_untapped("activation_bases", untapped)
+  paths = taps_lib.linear_paths(params)
+  if not paths and untapped == "error":
+    raise ValueError("AGZO: params have no linear layer (no dict holding a 2-D 'kernel'), "
+                     "so there is nothing to guide; pass untapped='isotropic' to run it as "
+                     "MeZO")
+  bases, missing = {}, []
+  for i, path in enumerate(paths):
     h = taps_lib.tapped_input(taps, path)
-    if h is not None:
-      bases[path] = power_iteration_basis(h, rank, jax.random.fold_in(key, i), num_iters)
+    if h is None:
+      missing.append("/".join(path) or "<root>")
+      continue
+    d_in = _kernel_at(params, path).shape[0]
+    if getattr(h, "ndim", 0) < 1 or h.shape[-1] != d_in:
+      raise ValueError(f"AGZO: taps[{']['.join(path)}]['input'] has shape "
+                       f"{getattr(h, 'shape', None)}; expected (..., {d_in}), the kernel's d_in")
+    bases[path] = power_iteration_basis(h, rank, jax.random.fold_in(key, i), num_iters)
+  if missing and untapped == "error":
+    raise ValueError(f"AGZO: no tap recorded for {len(missing)} of {len(paths)} linear layers "
+                     f"({', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}); "
+                     "taps[path]['input'] must hold each kernel's input: build the model with "
+                     "common.models.TappedDense, run it with common.models.apply_with_taps, "
+                     "or pass untapped='isotropic' to give those kernels isotropic noise")
   return bases
+
+
+def _kernel_at(params: Any, path: Path) -> jax.Array:
+  node = params
+  for name in path:
+    node = node[name]
+  return node["kernel"]
 
 
 def _basis_of(key_path, leaf, bases: dict[Path, jax.Array]) -> jax.Array | None:
@@ -225,8 +262,8 @@ def project(grads: Any, bases: dict[Path, jax.Array]) -> Any:
 
 def agzo_gradient(loss_and_taps_fn: Callable[[Any, Any], tuple[jax.Array, Any]],
                   params: Any, batch: Any, key: jax.Array, step, *, eps: float = 1e-3,
-                  rank: int = 4, num_iters: int = 2, two_sided: bool = False
-                  ) -> perturbation.ZOEstimate:
+                  rank: int = 4, num_iters: int = 2, two_sided: bool = False,
+                  untapped: str = "error") -> perturbation.ZOEstimate:
   """One AGZO estimate.
 
       L0, taps = loss_and_taps_fn(theta, B)
@@ -247,6 +284,7 @@ def agzo_gradient(loss_and_taps_fn: Callable[[Any, Any], tuple[jax.Array, Any]],
     rank: r.
     num_iters: power iterations q.
     two_sided: (L+ - L-) / (2 eps) (3 forward passes) instead of (L+ - L0) / eps (2).
+    untapped: "error" (default) or "isotropic" (see `activation_bases`).
 
   Returns:
     `ZOEstimate`; num_forward counts the unperturbed pass.
@@ -258,7 +296,7 @@ def agzo_gradient(loss_and_taps_fn: Callable[[Any, Any], tuple[jax.Array, Any]],
   step_key = jax.random.fold_in(key, step)
   base_loss, taps = loss_and_taps_fn(params, batch)
   bases = activation_bases(params, taps, jax.random.fold_in(step_key, _SKETCH_STREAM),
-                           rank=rank, num_iters=num_iters)
+                           rank=rank, num_iters=num_iters, untapped=untapped)
   sample = lambda: agzo_direction(params, bases, step_key)
   loss_fn = lambda p, b: loss_and_taps_fn(p, b)[0]
   return perturbation.finite_difference(loss_fn, params, batch, sample, eps,
@@ -267,8 +305,8 @@ def agzo_gradient(loss_and_taps_fn: Callable[[Any, Any], tuple[jax.Array, Any]],
 
 
 def agzo(loss_and_taps_fn: Callable[[Any, Any], tuple[jax.Array, Any]], eps: float = 1e-3,
-         *, key: jax.Array, rank: int = 4, num_iters: int = 2, two_sided: bool = False
-         ) -> optax.GradientTransformationExtraArgs:
+         *, key: jax.Array, rank: int = 4, num_iters: int = 2, two_sided: bool = False,
+         untapped: str = "error") -> optax.GradientTransformationExtraArgs:
   """AGZO's estimator as the head of an optax chain.
 
       g_hat_t = c_t Delta_t,  Delta_t = A_l R_l^T per linear layer l (A_l from the
@@ -287,6 +325,9 @@ def agzo(loss_and_taps_fn: Callable[[Any, Any], tuple[jax.Array, Any]], eps: flo
     rank: r >= 1 of each layer's activation basis.
     num_iters: power iterations q >= 1.
     two_sided: central difference (3 forward passes) instead of one-sided (2).
+    untapped: "error" (default): a linear kernel whose input is not in the taps
+      raises when the step is traced; "isotropic": such kernels get isotropic
+      Gaussian noise (AGZO is then MeZO on them).
 
   Returns:
     An `optax.GradientTransformationExtraArgs`; `update(updates, state, params,
@@ -301,9 +342,9 @@ def agzo(loss_and_taps_fn: Callable[[Any, Any], tuple[jax.Array, Any]], eps: flo
   References:
     Activation-Guided Zeroth-Order optimization (AGZO), ICML 2026.
   """
-  if not eps > 0 or rank < 1 or num_iters < 1:
-    raise ValueError(f"agzo: eps={eps!r}, rank={rank!r}, num_iters={num_iters!r}; expected "
-                     "eps > 0, rank >= 1, num_iters >= 1")
+  perturbation.check_eps("agzo", eps)
+  perturbation.check_positive_int("agzo", rank=rank, num_iters=num_iters)
+  _check_untapped("agzo", untapped)
   return transform.zeroth_order(
       functools.partial(agzo_gradient, loss_and_taps_fn, eps=eps, rank=rank,
-                        num_iters=num_iters, two_sided=two_sided), key=key)
+                        num_iters=num_iters, two_sided=two_sided, untapped=untapped), key=key)

@@ -21,6 +21,7 @@ softmax layer whose inputs are planted low-rank or isotropic.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -133,6 +134,8 @@ def alignment_draws(estimate_fn: Callable, params: Any, batch: Any, true_grads: 
       >>> c = alignment_draws(est, params, batch, jax.grad(loss_fn)(params, batch),
       ...                     jax.random.PRNGKey(0), 64)["overall"]
   """
+  if isinstance(num_draws, bool) or not isinstance(num_draws, numbers.Integral) or num_draws < 1:
+    raise ValueError(f"alignment_draws: num_draws={num_draws!r}; expected an int >= 1")
   groups = groups or {}
 
   def one(d):
@@ -147,6 +150,8 @@ def alignment_draws(estimate_fn: Callable, params: Any, batch: Any, true_grads: 
 def mean_and_se(draws) -> tuple[float, float]:
   """(mean, standard error of the mean) of a 1-D array of draws."""
   draws = np.asarray(draws)
+  if draws.ndim != 1 or draws.size == 0:
+    raise ValueError(f"mean_and_se: draws of shape {draws.shape}; expected a non-empty 1-D array")
   return float(draws.mean()), float(draws.std() / np.sqrt(len(draws)))
 
 

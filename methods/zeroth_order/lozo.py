@@ -135,9 +135,8 @@ def lozo(loss_fn: Callable[[Any, Any], jax.Array], eps: float = 1e-3, *, key: ja
     Chen et al., "Enhancing Zeroth-order Fine-tuning for Language Models with
     Low-rank Structures" (LOZO), ICLR 2025.
   """
-  if not eps > 0 or rank < 1 or interval < 1:
-    raise ValueError(f"lozo: eps={eps!r}, rank={rank!r}, interval={interval!r}; expected "
-                     "eps > 0, rank >= 1, interval >= 1")
+  perturbation.check_eps("lozo", eps)
+  perturbation.check_positive_int("lozo", rank=rank, interval=interval)
   return transform.zeroth_order(
       functools.partial(lozo_gradient, loss_fn, eps=eps, rank=rank, interval=interval),
       key=key)

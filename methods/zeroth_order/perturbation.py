@@ -23,10 +23,13 @@ References:
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 import optax
 
 
@@ -45,6 +48,32 @@ class ZOEstimate(NamedTuple):
   loss: jax.Array
   projected_grad: jax.Array
   num_forward: int
+
+
+def check_eps(fn: str, eps) -> None:
+  """eps must be a finite number > 0 (NaN, inf, 0 and negatives give NaN or no step)."""
+  if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0 < eps < math.inf:
+    raise ValueError(f"{fn}: eps={eps!r}; expected a finite number > 0")
+
+
+def check_positive_int(fn: str, **values) -> None:
+  """Each value must be a Python (or numpy) int >= 1: a float rank or interval would
+  become an array shape and fail deep inside tracing."""
+  for name, value in values.items():
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+      raise ValueError(f"{fn}: {name}={value!r}; expected an int >= 1")
+
+
+def check_key(fn: str, key, allow_none: bool = False) -> None:
+  """key must be a PRNG key: a raw uint32 (2,) `jax.random.PRNGKey` or a typed key."""
+  if key is None and allow_none:
+    return
+  dtype, shape = getattr(key, "dtype", None), getattr(key, "shape", None)
+  if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) and shape == ():
+    return
+  if dtype == np.uint32 and shape is not None and len(shape) == 1:
+    return
+  raise TypeError(f"{fn}: key={key!r}; expected a PRNG key such as jax.random.PRNGKey(0)")
 
 
 def leaf_keys(params: Any, key: jax.Array) -> Any:

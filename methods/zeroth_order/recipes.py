@@ -42,16 +42,33 @@ from methods.zeroth_order.spsa import spsa_gradient
 from methods.zeroth_order.transform import make_step
 
 
+ESTIMATORS = ("first_order", "mezo", "lozo", "agzo")
+
+
 def method_names(estimators: Sequence[str], agzo_ranks: Sequence[int]) -> list[str]:
   """The run's method names: each estimator, with "agzo" expanded to "agzo_r<r>"."""
   names = []
   for e in estimators:
+    if e not in ESTIMATORS:
+      raise ValueError(f"method_names: estimator {e!r}; expected one of {ESTIMATORS}")
     names += [f"agzo_r{r}" for r in agzo_ranks] if e == "agzo" else [e]
+  for name in names:
+    check_name(name)
   return names
+
+
+def check_name(name: str) -> None:
+  """name is "first_order", "mezo", "lozo" or "agzo_r<r>" with r >= 1."""
+  ok = name in ESTIMATORS[:3] or (
+      isinstance(name, str) and name.startswith("agzo_r") and name[6:].isdigit()
+      and int(name[6:]) >= 1)
+  if not ok:
+    raise ValueError(f"name={name!r}; expected 'first_order', 'mezo', 'lozo' or 'agzo_r<r>'")
 
 
 def agzo_rank(name: str) -> int:
   """r of "agzo_r<r>"."""
+  check_name(name)
   return int(name.split("_r")[1])
 
 
@@ -67,6 +84,7 @@ def estimator(name: str, loss_fn: Callable, loss_and_taps: Callable, spec) -> Ca
   Returns:
     The estimator.
   """
+  check_name(name)
   if name == "first_order":
     return lambda p, b, k, s: first_order_gradient(loss_fn, p, b, k, s)
   if name == "mezo":
@@ -96,6 +114,7 @@ def optimizer(name: str, loss_fn: Callable, loss_and_taps: Callable, lr: float, 
     `optax.chain(head, optax.sgd(lr))`, or `optax.chain(first_order(loss_fn),
     optax.adam(lr))`.
   """
+  check_name(name)
   if name == "first_order":
     return optax.chain(first_order(loss_fn), optax.adam(lr))
   if name == "mezo":
@@ -111,6 +130,7 @@ def optimizer(name: str, loss_fn: Callable, loss_and_taps: Callable, lr: float, 
 def perturbation_dimension(name: str, trainable: Any) -> int:
   """k of a method: D for MeZO, LOZO and first order; for AGZO, D with every
   linear kernel's d_in d_out replaced by min(r, d_in) d_out."""
+  check_name(name)
   total = sum(x.size for x in jax.tree.leaves(trainable))
   if not name.startswith("agzo"):
     return int(total)
@@ -126,6 +146,7 @@ def perturbation_dimension(name: str, trainable: Any) -> int:
 
 def learning_rate(name: str, trainable: Any, spec) -> float:
   """lr_first_order for first order, zo_lr_scale / k for the ZO methods."""
+  check_name(name)
   if name == "first_order":
     return spec.lr_first_order
   return spec.zo_lr_scale / perturbation_dimension(name, trainable)
@@ -134,6 +155,7 @@ def learning_rate(name: str, trainable: Any, spec) -> float:
 def passes_per_step(name: str, first_order_pass_cost: int, agzo_two_sided: bool) -> int:
   """Forward-pass equivalents of one step: first_order_pass_cost for first order,
   3 for two-sided AGZO, else 2."""
+  check_name(name)
   if name == "first_order":
     return first_order_pass_cost
   if name.startswith("agzo"):
@@ -152,5 +174,5 @@ def peak_bytes(compiled) -> float:
 
 
 def step_peak_bytes(tx: optax.GradientTransformation, params: Any, batch: Any) -> float:
-  """`peak_bytes` of `make_step(tx)` compiled for (params, its state, batch)."""
-  return peak_bytes(make_step(tx).lower(params, tx.init(params), batch).compile())
+  """`peak_bytes` of `make_step(tx, donate=True)` compiled for (params, its state, batch)."""
+  return peak_bytes(make_step(tx, donate=True).lower(params, tx.init(params), batch).compile())

@@ -96,7 +96,6 @@ def mezo(loss_fn: Callable[[Any, Any], jax.Array], eps: float = 1e-3, *, key: ja
     Malladi et al., "Fine-Tuning Language Models with Just Forward Passes",
     NeurIPS 2023.
   """
-  if not eps > 0:
-    raise ValueError(f"mezo: eps={eps!r}; expected a number > 0")
+  perturbation.check_eps("mezo", eps)
   return transform.zeroth_order(
       functools.partial(spsa_gradient, loss_fn, eps=eps, two_sided=two_sided), key=key)

@@ -63,6 +63,10 @@ def task_batch(split: tuple[np.ndarray, np.ndarray], seed: int, step: int, batch
 
   Each row picks a class uniformly, then a uniform window of that class's bytes.
   """
+  shortest = min(len(data) for data in split)
+  if not 1 <= window < shortest:
+    raise ValueError(f"task_batch: window={window!r}; expected 1 <= window < {shortest}, the "
+                     "shorter class's length")
   rng = np.random.default_rng((seed, step))
   labels = rng.integers(0, 2, size=batch_size)
   tokens = np.empty((batch_size, window), np.int32)
@@ -84,6 +88,8 @@ def split_trainable(params: Any, mode: str) -> tuple[Any, Any]:
   Returns:
     (trainable, frozen); `merge(frozen, trainable)` gives the full tree back.
   """
+  if mode not in ("all", "linear"):
+    raise ValueError(f"split_trainable: mode={mode!r}; expected 'all' or 'linear'")
   if mode == "all":
     return params, {}
   trainable = {}
@@ -135,7 +141,14 @@ def verbaliser_losses(model, verbaliser_ids: Sequence[int]) -> ClassifierLosses:
   Returns:
     `ClassifierLosses`.
   """
-  verb = jnp.asarray(verbaliser_ids, jnp.int32)
+  ids = np.asarray(verbaliser_ids)
+  vocab = model.config.vocab_size
+  if ids.ndim != 1 or len(set(ids.tolist())) != len(ids) or len(ids) < 2:
+    raise ValueError(f"verbaliser_ids={list(np.ravel(ids))}; expected at least two distinct "
+                     "token ids, one per class")
+  if not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0 or ids.max() >= vocab:
+    raise ValueError(f"verbaliser_ids={ids.tolist()}; expected integer ids in [0, {vocab})")
+  verb = jnp.asarray(ids, jnp.int32)
 
   def class_logits(logits):
     return logits[:, -1, :][:, verb]

@@ -1,4 +1,4 @@
-"""Zeroth-order estimators as the head of an optax chain, and a donating jitted step.
+"""Zeroth-order estimators as the head of an optax chain, and a jitted step (donation opt-in).
 
 `zeroth_order(estimate_fn, key=key)` wraps a pure estimator
 
@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from methods.zeroth_order import perturbation
 
 class ZOState(NamedTuple):
   """The state of a zeroth-order head.
@@ -72,6 +73,7 @@ def zeroth_order(estimate_fn: Callable, *, key: jax.Array | None
       >>> params = {"w": jnp.zeros(3)}
       >>> updates, state = tx.update(params, tx.init(params), params, batch=jnp.ones(3))
   """
+  perturbation.check_key("zeroth_order", key, allow_none=True)
   base_key = jnp.zeros((2,), jnp.uint32) if key is None else key
 
   def init(params):
@@ -103,7 +105,7 @@ def find_zo_state(opt_state) -> ZOState | None:
   return None
 
 
-def make_step(tx: optax.GradientTransformation, *, donate: bool = True):
+def make_step(tx: optax.GradientTransformation, *, donate: bool = False):
   """A jitted `step(params, opt_state, batch) -> (params, opt_state)`:
 
       updates, opt_state = tx.update(params, opt_state, params, batch=batch)
@@ -112,19 +114,31 @@ def make_step(tx: optax.GradientTransformation, *, donate: bool = True):
   For a loop with checkpoints, metrics and sharding use `common.train.train(...,
   gradient_free=True)`; this bare step is what the memory measurements compile.
 
+  Donation is opt-in, as in optax (which never donates): by default the arrays
+  passed in stay valid, so the same initial params can start several optimisers.
+  With `donate=True` XLA may reuse the params' and optimizer state's buffers for
+  the outputs (peak memory ~ parameters + one forward pass for ZO methods, the
+  figure the memory comparisons report); the arrays passed in are then deleted, and
+  using them again raises "Array has been deleted". Pass a copy
+  (`jax.tree.map(jnp.copy, params)`) if you need the originals.
+
   Args:
     tx: a chain headed by a zeroth-order (or first-order) head.
-    donate: donate the params and optimizer state buffers, so XLA may update them
-      in place (peak memory ~ parameters + one forward pass for ZO methods).
+    donate: donate the params and optimizer state buffers (default False).
 
   Returns:
     The jitted step (`.lower(params, opt_state, batch).compile()` gives its
     compiled memory analysis).
 
   Example:
-      >>> step = make_step(tx)
-      >>> params, state = step(params, tx.init(params), batch)
+      >>> step = make_step(tx)                       # params stay usable
+      >>> new_params, state = step(params, tx.init(params), batch)
+      >>> fast = make_step(tx, donate=True)          # in place; params are consumed
+      >>> params, state = fast(jax.tree.map(jnp.copy, params), tx.init(params), batch)
   """
+  if not isinstance(tx, optax.GradientTransformation):
+    raise TypeError(f"make_step: tx={tx!r}; expected an optax GradientTransformation "
+                    "(e.g. optax.chain(mezo(...), optax.sgd(lr)))")
 
   def step(params, opt_state, batch):
     updates, opt_state = tx.update(params, opt_state, params, batch=batch)

@@ -80,8 +80,56 @@ def test_bad_arguments(tmp_path):
   with pytest.raises(ValueError, match="keep must be an int >= 1, got 0"):
     checkpoint.make_manager(tmp_path, keep=0)
   manager = checkpoint.make_manager(tmp_path, keep=1)
-  with pytest.raises(ValueError, match="step must be >= 0, got -2"):
+  with pytest.raises(ValueError, match="step must be an int >= 0, got -2"):
     checkpoint.save(manager, -2, _state())
   with pytest.raises(FileNotFoundError, match=r"no checkpoint for step 5 .* found steps \[\]"):
     checkpoint.restore(manager, 5, jax.eval_shape(_state))
+  manager.close()
+
+
+def test_restore_newest_skips_broken_steps_and_deletes_them(tmp_path, caplog):
+  manager = checkpoint.make_manager(tmp_path, keep=3)
+  for step in (2, 4, 6):
+    checkpoint.save(manager, step, _state(float(step)))
+  manager.close()
+  os.remove(tmp_path / "6" / "default" / "_METADATA")  # Before: a "pytree structure error".
+  data = tmp_path / "4" / "default" / "d"
+  with open(data / sorted(os.listdir(data))[0], "r+b") as f:
+    f.truncate(10)
+  manager = checkpoint.make_manager(tmp_path, keep=3)
+  caplog.set_level("WARNING")
+  step, restored = checkpoint.restore_newest(manager, jax.eval_shape(_state))
+  assert step == 2
+  np.testing.assert_array_equal(restored.params["w"], _state(2.0).params["w"])
+  skipped = [r.getMessage() for r in caplog.records if "Skipping" in r.getMessage()]
+  assert [m.split(" in ")[0] for m in skipped] == ["Skipping checkpoint step 6",
+                                                   "Skipping checkpoint step 4"]
+  assert "_METADATA" in skipped[0] and all("\n" not in m for m in skipped)
+  assert manager.all_steps() == [2]  # The broken steps are gone: they can be written again.
+  checkpoint.save(manager, 4, _state(4.0))
+  manager.close()
+
+
+def test_restore_newest_with_nothing_and_with_nothing_that_restores(tmp_path):
+  manager = checkpoint.make_manager(tmp_path / "empty", keep=2)
+  assert checkpoint.restore_newest(manager, jax.eval_shape(_state)) == (None, None)
+  manager.close()
+  manager = checkpoint.make_manager(tmp_path / "run", keep=2)
+  checkpoint.save(manager, 3, _state())
+  manager.wait_until_finished()
+
+  def reject(step, state):
+    raise ValueError(f"it holds state.step={int(state.step)}, not {step + 1}")
+
+  with pytest.raises(checkpoint.CheckpointError, match=r"no checkpoint in .*run restores "
+                     r"\(steps \[3\]; newest: ValueError: it holds state.step=3, not 4\)"):
+    checkpoint.restore_newest(manager, jax.eval_shape(_state), check=reject)
+  assert manager.all_steps() == [3]  # Nothing is deleted when nothing restores.
+  manager.close()
+
+
+def test_save_rejects_a_float_step_and_keep_accepts_numpy_ints(tmp_path):
+  manager = checkpoint.make_manager(tmp_path, keep=np.int64(2))
+  with pytest.raises(ValueError, match=r"step must be an int >= 0, got 3.5"):
+    checkpoint.save(manager, 3.5, _state())  # Before: filed silently as step 3.
   manager.close()

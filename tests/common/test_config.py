@@ -54,3 +54,11 @@ def test_checks_take_dotted_keys_and_name_the_value():
     config_lib.check_train(config)
   with pytest.raises(config_lib.ConfigError, match="expected below 64"):
     config_lib.require(config, "estimator.dims", False, "below 64")
+
+
+def test_range_checks_reject_bools_and_string_allowed_lists():
+  config = ml_collections.ConfigDict({"p": True, "kind": "a"})
+  with pytest.raises(config_lib.ConfigError, match=r"config.p=True is invalid"):
+    config_lib.in_range(config, "p", 0, 2)  # Before: True passed as 1.
+  with pytest.raises(TypeError, match="allowed must be a sequence of values, got the string"):
+    config_lib.one_of(config, "kind", "abc")  # Before: "a" passed.

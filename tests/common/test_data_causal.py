@@ -55,3 +55,24 @@ def test_csv_loader_round_trip_and_errors(tmp_path):
   bad.write_text("t,a,y\n1,2,3\n1,,3\n")
   with pytest.raises(ValueError, match="non-numeric or missing"):
     causal.load_dose_response_csv(bad, treatment="t", outcome="y")
+
+
+def test_csv_loader_names_the_bad_cell_and_rejects_empty_tables(tmp_path):
+  bad = tmp_path / "bad.csv"
+  bad.write_text("dose,y,age\n1,2,3\n2,nan,4\n3,4,5\n")
+  with pytest.raises(ValueError, match=r"non-finite value nan in column 'y' at data row 2"):
+    causal.load_dose_response_csv(bad, "dose", "y")
+  empty = tmp_path / "empty.csv"
+  empty.write_text("dose,y,age\n")
+  with pytest.raises(ValueError, match="has 0 data rows; expected at least 2"):
+    causal.load_dose_response_csv(empty, "dose", "y")
+  with pytest.raises(ValueError, match="is a directory; expected a CSV file"):
+    causal.load_dose_response_csv(tmp_path, "dose", "y")
+
+
+def test_designs_reject_non_integer_n_and_non_finite_noise():
+  import jax
+  with pytest.raises(ValueError, match="sample size n must be an integer >= 2, got 10.5"):
+    causal.overlap_design(jax.random.PRNGKey(0), 10.5)
+  with pytest.raises(ValueError, match="noise must be finite and >= 0, got nan"):
+    causal.overlap_design(jax.random.PRNGKey(0), 10, noise=float("nan"))

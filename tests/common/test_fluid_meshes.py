@@ -159,3 +159,34 @@ def test_ellipse_mesh_and_flow_are_valid():
                                    record_every=5)
   states = np.asarray(fm.sample_fields(flow.fields, g, m))
   assert states.shape == (1, 2, len(m.pos), 3) and np.all(np.isfinite(states))
+
+
+def test_loader_rejects_non_finite_and_empty_data_naming_the_file(tmp_path):
+  pos = np.zeros((4, 2))
+  tri = np.array([[0, 1, 2]])
+  ok = dict(pos=pos, triangles=tri, states=np.zeros((5, 4, 3)), cond=np.zeros(5))
+  states = np.zeros((5, 4, 3))
+  states[2, 1, 0] = np.nan
+  cases = [
+      (dict(ok, states=states), r"bad0.npz: npz key 'states' holds nan at index \(2, 1, 0\)"),
+      (dict(ok, cond=np.array([0, 1, np.inf, 0, 0])), r"'cond' holds inf at index \(2, 0\)"),
+      (dict(ok, pos=np.full((4, 2), np.nan)), r"'pos' holds nan at index \(0, 0\)"),
+      (dict(ok, time=np.array([0, 1, np.nan, 3, 4])), r"'time' holds nan at index \(2,\)"),
+      (dict(ok, states=np.zeros((0, 4, 3)), cond=np.zeros(0)), r"with M, C >= 1"),
+  ]
+  for i, (arrays, message) in enumerate(cases):
+    path = _write(os.path.join(tmp_path, f"bad{i}.npz"), **arrays)
+    with pytest.raises(ValueError, match=message):
+      fm.load_npz(path)
+  # Not an archive: a truncated one, and a single .npy array.
+  good = _write(os.path.join(tmp_path, "good.npz"), **ok)
+  raw = open(good, "rb").read()
+  with open(os.path.join(tmp_path, "cut.npz"), "wb") as f:
+    f.write(raw[:len(raw) // 2])
+  with pytest.raises(ValueError, match=r"cut.npz is not a readable .npz archive"):
+    fm.load_npz(os.path.join(tmp_path, "cut.npz"))
+  np.save(os.path.join(tmp_path, "one.npy"), np.zeros(3))
+  with pytest.raises(ValueError, match=r"one.npy holds a single array"):
+    fm.load_npz(os.path.join(tmp_path, "one.npy"))
+  with pytest.raises(FileNotFoundError, match=r"missing.npz does not exist"):
+    fm.load_npz(os.path.join(tmp_path, "missing.npz"))

@@ -282,3 +282,101 @@ def test_matches_transformers_when_available(tmp_path):
     ckpt = hf.load_hf_checkpoint(folder)
     got = tfm.Transformer(ckpt.config).apply({"params": ckpt.params}, jnp.asarray(tokens))
     np.testing.assert_allclose(np.asarray(got), want, atol=2e-4, rtol=1e-4, err_msg=name)
+
+
+# ------------------------------------------------- issue 17: which files, which errors
+def test_stray_safetensors_file_is_an_error_not_the_weights(tmp_path):
+  """A backup full of zeros beside model.safetensors used to overwrite the weights."""
+  cfg = CASES["llama"]
+  tensors = _random_tensors(cfg, np.random.default_rng(0))
+  _write(tmp_path, cfg, tensors)
+  save_file({k: np.zeros_like(v) for k, v in tensors.items()},
+            os.path.join(tmp_path, "old_backup.safetensors"))
+  with pytest.raises(ValueError, match=r"\['old_backup.safetensors'\] beside model.safetensors"):
+    hf.load_hf_checkpoint(tmp_path)
+  os.remove(tmp_path / "old_backup.safetensors")
+  ckpt = hf.load_hf_checkpoint(tmp_path)
+  np.testing.assert_array_equal(ckpt.params["embed"]["embedding"],
+                                tensors["model.embed_tokens.weight"])
+
+
+def test_index_decides_the_shards(tmp_path):
+  cfg = CASES["llama"]
+  tensors = _random_tensors(cfg, np.random.default_rng(0))
+  _write(tmp_path, cfg, tensors, shards=2)
+  hf.load_hf_checkpoint(tmp_path)                      # the index and its two shards
+  # A model.safetensors beside the index is not listed there: an error, not a merge.
+  save_file({k: np.zeros_like(v) for k, v in tensors.items()},
+            os.path.join(tmp_path, "model.safetensors"))
+  with pytest.raises(ValueError, match=r"\['model.safetensors'\] not listed in .*index.json"):
+    hf.load_hf_checkpoint(tmp_path)
+  os.remove(tmp_path / "model.safetensors")
+  # A tensor in two shards.
+  name = "model.norm.weight"
+  shard = json.load(open(tmp_path / "model.safetensors.index.json"))["weight_map"][name]
+  other = [f for f in os.listdir(tmp_path) if f.endswith(".safetensors") and f != shard][0]
+  from safetensors.numpy import load_file
+  part = load_file(str(tmp_path / other))
+  save_file({**part, name: tensors[name]}, str(tmp_path / other))
+  with pytest.raises(ValueError, match=f"tensor '{name}' is in both|tensor '{name}' is in "
+                                       f".*{other}, but the index maps it"):
+    hf.load_hf_checkpoint(tmp_path)
+
+
+def test_shards_without_index_or_model_safetensors(tmp_path):
+  cfg = CASES["llama"]
+  _write(tmp_path, cfg, _random_tensors(cfg, np.random.default_rng(0)), shards=2)
+  os.remove(tmp_path / "model.safetensors.index.json")
+  with pytest.raises(FileNotFoundError, match=r"no model.safetensors or .*index.json .*found "
+                                              r"\['model-00001-of-00002.safetensors'"):
+    hf.load_hf_checkpoint(tmp_path)
+
+
+def _one_line(e):
+  message = str(e.value)
+  assert "\n" not in message
+  return message
+
+
+def test_loader_errors_name_the_file(tmp_path):
+  cfg = CASES["llama"]
+  tensors = _random_tensors(cfg, np.random.default_rng(0))
+  # A truncated .safetensors (safetensors' own error has no path).
+  _write(tmp_path / "a", cfg, tensors)
+  weights = tmp_path / "a" / "model.safetensors"
+  weights.write_bytes(weights.read_bytes()[:2000])
+  with pytest.raises(ValueError, match=r"a/model.safetensors is not a readable safetensors"):
+    hf.load_hf_checkpoint(tmp_path / "a")
+  # A config.json cut short.
+  _write(tmp_path / "b", cfg, tensors)
+  (tmp_path / "b" / "config.json").write_text(json.dumps(cfg)[:40])
+  with pytest.raises(ValueError, match=r"b/config.json is not valid JSON \(.*: line 1 column 41\)"):
+    hf.load_hf_checkpoint(tmp_path / "b")
+  # A config.json without hidden_size.
+  (tmp_path / "b" / "config.json").write_text(
+      json.dumps({k: v for k, v in cfg.items() if k != "hidden_size"}))
+  with pytest.raises(ValueError, match=r"b/config.json is missing required keys \['hidden_size'\]"):
+    hf.load_hf_checkpoint(tmp_path / "b")
+  # A corrupt tokenizer.json.
+  _write(tmp_path / "c", cfg, tensors)
+  (tmp_path / "c" / "tokenizer.json").write_text('{"version": "1.0", "model": ')
+  with pytest.raises(ValueError, match=r"c/tokenizer.json is not a readable tokenizer.json") as e:
+    hf.load_hf_checkpoint(tmp_path / "c")
+  _one_line(e)
+  # A file where the folder should be: not "does not exist".
+  with pytest.raises(ValueError, match=r"c/config.json' is a file; expected the model folder"):
+    hf.load_hf_checkpoint(tmp_path / "c" / "config.json")
+
+
+def test_config_values_are_checked(tmp_path):
+  cfg = CASES["llama"]
+  with pytest.raises(ValueError, match=r"my.json hidden_size='32'; expected a positive integer"):
+    hf.config_from_hf({**cfg, "hidden_size": "32"}, source="my.json")
+  with pytest.raises(ValueError, match=r"num_attention_heads=0; expected a positive integer"):
+    hf.config_from_hf({**cfg, "num_attention_heads": 0})
+  with pytest.raises(ValueError, match=r"config.json holds a JSON list"):
+    hf.config_from_hf([1, 2])
+  with pytest.raises(ValueError, match=r"rope scaling type 'llama3' needs keys \['low_freq"):
+    hf.config_from_hf({**cfg, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})
+  with pytest.raises(ValueError, match=r"config.json: TransformerConfig.num_kv_heads"):
+    hf.config_from_hf({**cfg, "num_key_value_heads": 3})

@@ -54,3 +54,14 @@ def test_bad_inputs_raise_with_names():
     kernels.rbf(jnp.ones((3, 2)), jnp.ones((3, 4)), 1.0)
   with pytest.raises(ValueError, match="at least 2 points"):
     kernels.median_heuristic(jnp.ones((1, 2)))
+
+
+def test_non_positive_lengthscales_raise_instead_of_nan():
+  x = jnp.arange(3.0)
+  for name in ("rbf", "laplace", "matern32", "matern52"):
+    with pytest.raises(ValueError, match="kernel lengthscale must be finite and > 0, got 0"):
+      kernels.Kernel(0.0, name)(x, x)
+  with pytest.raises(ValueError, match="kernel lengthscale must be finite and > 0"):
+    kernels.rbf(x, x, float("nan"))
+  # Under jit the lengthscale is a tracer: no check, no cost.
+  assert jax.jit(lambda ell: kernels.rbf(x, x, ell))(0.5).shape == (3, 3)

@@ -83,3 +83,23 @@ def test_ellipse_geometry_size_and_mask():
   ys = np.nonzero(obstacle.any(axis=0))[0]
   xs = np.nonzero(obstacle.any(axis=1))[0]
   assert np.ptp(ys) > np.ptp(xs)                              # tall, not wide
+
+
+def test_nan_and_non_integer_settings_are_errors():
+  """NaN passed every range check before (comparisons with NaN are False)."""
+  with pytest.raises(ValueError, match="offset=nan; expected a finite number"):
+    lbm.make_geometry(80, 24, diameter=6.0, offset=float("nan"))
+  with pytest.raises(ValueError, match="angle=nan; expected a finite number"):
+    lbm.make_geometry(80, 24, "ellipse", axes=(4.0, 2.0), angle=float("nan"))
+  with pytest.raises(TypeError, match=r"nx=80.7; expected an int"):
+    lbm.make_geometry(80.7, 24, diameter=6.0)       # was truncated to 80
+  with pytest.raises(ValueError, match="force=nan; expected a finite number"):
+    lbm.simulate_poiseuille(10, 0.8, float("nan"), 10)
+  with pytest.raises(ValueError, match="magic=nan; expected a finite TRT magic"):
+    lbm.simulate_poiseuille(10, 0.8, 1e-5, 10, magic=float("nan"))
+  with pytest.raises(ValueError, match=r"ny=7.5; expected an int >= 5"):
+    lbm.simulate_poiseuille(7.5, 0.8, 1e-5, 10)
+  g = lbm.make_geometry(80, 24, diameter=6.0)
+  with pytest.raises(ValueError, match="magic=nan"):
+    lbm.simulate_channel_flow(g, [50.0], spinup_steps=1, window_length=1, record_every=1,
+                              collision="trt", magic=float("nan"))

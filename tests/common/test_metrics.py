@@ -174,3 +174,12 @@ def test_writer_rejects_bad_input(tmp_path):
   with pytest.raises(FileNotFoundError, match="no event file"):
     metrics.read_event_scalars(tmp_path / "missing")
   assert metrics.read_metrics_jsonl(tmp_path) == []  # Nothing half-written.
+
+
+def test_write_scalars_rejects_a_fractional_step_and_a_non_numeric_value(tmp_path):
+  # A step of 2.7 was silently truncated to 2; a string value failed without its name.
+  with metrics.MetricsWriter(tmp_path) as writer:
+    with pytest.raises(ValueError, match="step must be an int, got 2.7"):
+      writer.write_scalars(2.7, {"loss": 1.0})
+    with pytest.raises(TypeError, match="metric 'loss' must be a number, got 'high'"):
+      writer.write_scalars(3, {"loss": "high"})

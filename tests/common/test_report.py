@@ -122,3 +122,21 @@ def test_runner_validates_creates_workdir_enables_x64_and_saves(tmp_path, monkey
     run(ml_collections.ConfigDict({"n": -1, "x64": False}), str(tmp_path / "bad"))
   assert not os.path.exists(tmp_path / "bad")
   assert jnp.zeros(()).dtype == jnp.float32
+
+
+def test_runner_rejects_a_bad_workdir_before_any_work(tmp_path, monkeypatch):
+  monkeypatch.setattr(report, "_REGISTRY", {})
+  calls = []
+
+  @report.register("demo_workdir", title="Demo")
+  def run(config, workdir):
+    calls.append(workdir)
+    return _result(2.0)
+
+  (tmp_path / "a_file").write_text("x")
+  for workdir, match in [(tmp_path / "a_file", r"workdir '.*a_file' is a file"),
+                         ("/proc/x", r"workdir '/proc/x' is not a writable directory")]:
+    with pytest.raises(ValueError, match=match) as info:
+      run(ml_collections.ConfigDict({"n": 1}), workdir)
+    assert "\n" not in str(info.value)
+  assert calls == []

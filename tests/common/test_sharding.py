@@ -90,3 +90,12 @@ def test_eight_fake_devices_split_the_batch():
   proc = subprocess.run([sys.executable, "-c", _EIGHT_DEVICES], env=env,
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_make_mesh_and_shard_batch_reject_bad_types():
+  with pytest.raises(TypeError, match=r"mesh_shape must be None or a sequence of ints, got \(1.5,\)"):
+    sharding.make_mesh((1.5,))  # Before: truncated to 1 silently.
+  with pytest.raises(TypeError, match="axis_names must be a sequence of names"):
+    sharding.make_mesh((-1,), axis_names="data")
+  with pytest.raises(TypeError, match=r"batch leaf \['s'\] has dtype <U1"):
+    sharding.shard_batch({"s": np.array(["a", "b"])}, sharding.make_mesh())

@@ -81,3 +81,47 @@ def test_byte_tokenizer_round_trips(s):
   assert all(0 <= i < 256 for i in ids)
   assert tok.decode(ids) == s
   np.testing.assert_array_equal(tok.encode_array(s), ids)
+
+
+# ---------------------------------------------------------- issue 17: bad input
+def test_decode_rejects_float_and_out_of_vocabulary_ids():
+  tok = ByteTokenizer()
+  with pytest.raises(TypeError, match="ids has dtype float64; expected integer"):
+    tok.decode([104.7, 105.2])                      # was silently truncated to "hi"
+  with pytest.raises(ValueError, match=r"ids\[1\]=256 is outside the vocabulary"):
+    tok.decode([1, 256])
+  assert tok.decode([]) == ""
+
+
+def test_batchers_reject_bad_data_and_sizes():
+  data = np.arange(200, dtype=np.int32) % 256
+  with pytest.raises(TypeError, match="data has dtype float64; expected integer"):
+    text.window_batch(data.astype(np.float64) + 0.5, 0, 0, 2, 8)
+  with pytest.raises(ValueError, match=r"data has shape \(10, 20\); expected a 1-D"):
+    text.window_batch(data.reshape(10, 20), 0, 0, 2, 8)
+  with pytest.raises(ValueError, match="batch_size=0; expected an int >= 1"):
+    text.window_batch(data, 0, 0, 0, 8)             # was an empty batch
+  with pytest.raises(ValueError, match="seq_len=-1; expected an int >= 1"):
+    text.window_batch(data, 0, 0, 2, -1)            # was windows of 0 tokens
+  with pytest.raises(ValueError, match="seq_len=0; expected an int >= 1"):
+    next(text.eval_windows(data, 0, 2))             # was ZeroDivisionError
+
+
+def test_unigram_baselines_check_the_vocabulary():
+  train = np.array([0, 1, 2, 3], np.int32)
+  with pytest.raises(ValueError, match=r"evaluate\[1\]=300 is outside the vocabulary"):
+    text.unigram_cross_entropy_bits(train, np.array([1, 300]))   # silently grew V
+  with pytest.raises(ValueError, match="evaluate is empty"):
+    text.unigram_cross_entropy_bits(train, np.array([], np.int32))  # was NaN
+  with pytest.raises(ValueError, match="data is empty"):
+    text.unigram_entropy_bits(np.array([], np.int32))                # was 0.0
+
+
+def test_mechanism_inputs_are_checked():
+  from common.data import mechanisms
+  with pytest.raises(ValueError, match=r"probabilities \(nan, 0.05, 0.04\)"):
+    mechanisms.mechanism_batch(0, 0, 1, 8, p_pair=float("nan"))     # was all-bigram data
+  with pytest.raises(ValueError, match="per_mechanism=0; expected an int >= 1"):
+    mechanisms.stratified_sample(np.array([0, 1, 1]), 0, seed=0)
+  with pytest.raises(ValueError, match=r"labels has shape \(2, 3\)"):
+    mechanisms.stratified_sample(np.zeros((2, 3), np.int32), 1, seed=0)

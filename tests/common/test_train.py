@@ -83,6 +83,11 @@ def run_zo(workdir, *, optimizer=ZO_OPTIMIZER, batches=batch_fn, **overrides):
                config=make_config(**overrides), workdir=workdir, gradient_free=True)
 
 
+def steps_on_disk(workdir):
+  """The entries of workdir/checkpoints (the run record lives beside it)."""
+  return sorted(os.listdir(os.path.join(workdir, "checkpoints")))
+
+
 def assert_same_state(got, want):
   assert int(got.step) == int(want.step)
   for a, b in zip(jax.tree.leaves((got.params, got.opt_state)),
@@ -172,7 +177,7 @@ def test_writes_metrics_and_keeps_checkpoints(reference):
   losses = [v for _, t, v in scalars if t == "loss"]
   np.testing.assert_allclose(losses, [h["loss"] for h in result.history], rtol=1e-6)
   # Saved at 4, 8 and the end (10); keep_checkpoints=2 retains the newest two.
-  assert sorted(os.listdir(workdir / "checkpoints")) == ["10", "8"]
+  assert steps_on_disk(workdir) == ["10", "8"]
 
 
 def test_resumed_run_matches_uninterrupted_bitwise(reference, tmp_path):
@@ -200,7 +205,7 @@ def test_interrupt_checkpoints_then_resumes_bitwise(reference, tmp_path):
 
   with pytest.raises(KeyboardInterrupt):
     run(tmp_path, batches=interrupted_batches)
-  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["4", "7"]  # 7 saved on exit.
+  assert steps_on_disk(tmp_path) == ["4", "7"]  # 7 saved on exit.
   resumed = run(tmp_path, log_every=1)
   assert resumed.history[0]["step"] == 7
   assert_same_state(resumed.state, want.state)
@@ -223,7 +228,7 @@ def test_kill_during_checkpoint_write_keeps_previous(reference, tmp_path):
   resumed = run(tmp_path, log_every=1)
   assert resumed.history[0]["step"] == 4  # Resumed from 4, not from the partial 8.
   assert_same_state(resumed.state, want.state)
-  assert sorted(os.listdir(ckpt)) == ["10", "8"]
+  assert steps_on_disk(tmp_path) == ["10", "8"]
 
 
 def _nan_at(bad_step):
@@ -345,7 +350,7 @@ def test_zeroth_order_run_resumes_bitwise_after_a_kill(zo_reference, tmp_path):
   assert int(run_zo(tmp_path, num_steps=6).state.step) == 6
   with pytest.raises(KeyboardInterrupt):
     run_zo(tmp_path, batches=interrupted_batches)
-  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["6", "7"]  # 7 saved on exit.
+  assert steps_on_disk(tmp_path) == ["6", "7"]  # 7 saved on exit.
   resumed = run_zo(tmp_path)
   assert [h["step"] for h in resumed.history] == [9]
   assert_same_state(resumed.state, want.state)
@@ -448,6 +453,156 @@ def test_eight_fake_devices_match_one_device(reference, zo_reference, tmp_path):
   for path, leaf in jax.tree_util.tree_leaves_with_path(zo_reference[0].state.params):
     np.testing.assert_allclose(got["zo" + jax.tree_util.keystr(path)], leaf, rtol=1e-5,
                                atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- faults
+def test_changed_config_on_resume_is_a_one_line_error(tmp_path):
+  run(tmp_path, num_steps=4)
+  changed_lr = dict(init_fn=init_fn, loss_fn=loss_fn, batch_fn=batch_fn,
+                    optimizer=optax.adam(1e-2), config=make_config(num_steps=4),
+                    workdir=tmp_path)
+  with pytest.raises(ValueError, match=r"different training run \(the optimizer .*"
+                     r"use a new workdir, or train\(\.\.\., overwrite=True\)") as info:
+    train(**changed_lr)  # Before: history=[] and the lr-3e-2 parameters, silently.
+  assert "\n" not in str(info.value) and str(tmp_path) in str(info.value)
+  with pytest.raises(ValueError, match=r"config\.seed: 0 -> 1"):
+    run(tmp_path, num_steps=4, seed=1)
+  wider = MLP((32, 1))  # Before: a 70-line orbax shape error.
+  with pytest.raises(ValueError, match=r"params tree: params\['params'\]\['dense_0'\]"
+                     r"\['bias'\] float32\[16\] -> float32\[32\]") as info:
+    train(init_fn=lambda key: wider.init(key, jnp.zeros((1, DIM))),
+          loss_fn=lambda p, b, k: (jnp.mean((wider.apply(p, b["x"]) - b["y"]) ** 2), {}),
+          batch_fn=batch_fn, optimizer=OPTIMIZER, config=make_config(num_steps=4),
+          workdir=tmp_path)
+  assert "\n" not in str(info.value)
+  # overwrite=True discards the old run: the new one equals a fresh run elsewhere.
+  fresh = train(**{**changed_lr, "workdir": tmp_path / "fresh"})
+  again = train(**changed_lr, overwrite=True)
+  assert [h["step"] for h in again.history] == [0, 3]
+  assert_same_state(again.state, fresh.state)
+  assert [r["step"] for r in metrics.read_metrics_jsonl(tmp_path)] == [0, 3]
+
+
+def test_fewer_steps_than_done_is_a_mismatch_and_more_steps_extend(reference, tmp_path):
+  _, want, _ = reference
+  run(tmp_path, num_steps=6)
+  with pytest.raises(ValueError, match=r"config.num_steps=4 is below the newest "
+                     r"checkpoint's step 6"):
+    run(tmp_path, num_steps=4)  # Before: the 6-step parameters, silently.
+  # Raising num_steps extends the run; logging, checkpointing and guard keys may change.
+  extended = run(tmp_path, log_every=2, checkpoint_every=5, keep_checkpoints=3,
+                 nan_guard=False)
+  assert [h["step"] for h in extended.history] == [6, 8, 9]
+  assert_same_state(extended.state, want.state)
+  assert_same_state(run(tmp_path).state, want.state)  # Finished: same config, same state.
+
+
+def test_checkpoints_without_a_run_record_resume_with_a_warning(reference, tmp_path, caplog):
+  _, want, _ = reference
+  run(tmp_path, num_steps=6)
+  os.remove(tmp_path / "checkpoints.json")  # As written before the record existed.
+  caplog.set_level("WARNING")
+  assert_same_state(run(tmp_path).state, want.state)
+  assert any("no readable" in r.getMessage() for r in caplog.records)
+  with pytest.raises(ValueError, match=r"config\.seed: 0 -> 2"):  # Adopted: checked from now on.
+    run(tmp_path, seed=2)
+
+
+def _damage(path, how):
+  if how == "truncate":
+    with open(path, "r+b") as f:
+      f.truncate(os.path.getsize(path) // 2)
+  elif how == "delete":
+    os.remove(path)
+  elif how == "bitflip":
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0x10
+    with open(path, "wb") as f:
+      f.write(bytes(data))
+  else:  # "empty": the step directory of a save killed on a non-atomic filesystem
+    shutil.rmtree(path)
+    os.makedirs(path)
+
+
+def _data_file(step_dir):
+  data = os.path.join(step_dir, "default", "d")
+  return os.path.join(data, sorted(os.listdir(data))[0])
+
+
+@pytest.mark.parametrize("how, which", [
+    ("truncate", "data"), ("delete", "data"), ("bitflip", "data"),
+    ("delete", "_METADATA"), ("empty", "item"),
+])
+def test_damaged_newest_checkpoint_falls_back_to_the_previous(reference, tmp_path, caplog,
+                                                              how, which):
+  _, want, _ = reference
+  run(tmp_path, num_steps=8)  # Checkpoints 4 and 8.
+  step_dir = str(tmp_path / "checkpoints" / "8")
+  _damage({"data": _data_file(step_dir), "_METADATA": os.path.join(step_dir, "default",
+                                                                    "_METADATA"),
+           "item": os.path.join(step_dir, "default")}[which], how)
+  caplog.set_level("WARNING")
+  resumed = run(tmp_path, log_every=1)  # Before: a 69-110-line tensorstore traceback.
+  assert resumed.history[0]["step"] == 4
+  assert_same_state(resumed.state, want.state)
+  skipped = [r.getMessage() for r in caplog.records if "Skipping checkpoint" in r.getMessage()]
+  assert len(skipped) == 1 and "step 8" in skipped[0] and "\n" not in skipped[0]
+  assert steps_on_disk(tmp_path) == ["10", "8"]  # 8 was written again.
+
+
+def test_no_checkpoint_restores_is_one_line_naming_the_workdir(tmp_path):
+  run(tmp_path, num_steps=8)
+  for step in ("4", "8"):
+    _damage(_data_file(str(tmp_path / "checkpoints" / step)), "bitflip")
+  with pytest.raises(ValueError, match=r"no checkpoint in .*checkpoints restores \(steps "
+                     r"\[8, 4\]; .*overwrite=True") as info:
+    run(tmp_path)
+  assert "\n" not in str(info.value) and str(tmp_path) in str(info.value)
+  fresh = train(init_fn=init_fn, loss_fn=loss_fn, batch_fn=batch_fn, optimizer=OPTIMIZER,
+                config=make_config(), workdir=tmp_path, overwrite=True)
+  assert int(fresh.state.step) == NUM_STEPS
+
+
+def test_bad_workdir_fails_before_any_work(tmp_path):
+  calls = []
+
+  def counted_init(key):
+    calls.append(1)
+    return init_fn(key)
+
+  a_file = tmp_path / "a_file"
+  a_file.write_text("x")
+  for workdir, match in [(a_file, r"workdir '.*a_file' is a file; expected a directory"),
+                         (a_file / "sub", r"workdir '.*sub' is not a writable directory"),
+                         ("/proc/x", r"workdir '/proc/x' is not a writable directory"),
+                         ("", r"workdir must be a non-empty path")]:
+    with pytest.raises(ValueError, match=match) as info:
+      train(init_fn=counted_init, loss_fn=loss_fn, batch_fn=batch_fn, optimizer=OPTIMIZER,
+            config=make_config(), workdir=workdir)
+    assert "\n" not in str(info.value)
+  assert calls == []
+
+
+def test_optimizer_fingerprint_sees_hyperparameters_not_mutable_state():
+  from common.train import _summary
+  calls = []
+
+  def value(params, batch):
+    calls.append(1)
+    return 0.0
+
+  def fp(tx):
+    return _summary((tx.init, tx.update))
+
+  assert fp(optax.adam(1e-3)) == fp(optax.adam(1e-3))
+  assert fp(optax.adam(1e-3)) != fp(optax.adam(2e-3))
+  assert fp(optax.adam(1e-3)) != fp(optax.sgd(1e-3))
+  assert fp(optax.adam(optax.cosine_decay_schedule(1e-3, 100))) != fp(
+      optax.adam(optax.cosine_decay_schedule(1e-3, 200)))
+  zo_tx = make_zo_optimizer(value)
+  before = fp(zo_tx)
+  calls.extend([1, 1])  # A list the loss appends to does not change what it computes.
+  assert fp(zo_tx) == before
 
 
 if __name__ == "__main__":

@@ -251,3 +251,63 @@ def test_attention_state_is_threaded_through_the_cache(lm):
   _, cache = counting.apply({"params": params}, tokens[:, :5], cache)
   _, cache = counting.apply({"params": params}, tokens[:, 5:6], cache)
   assert [int(s) for s in cache.state] == [6 * (i + 1) for i in range(model.config.num_layers)]
+
+
+# Bad input (issue 17): checked at the Python boundary, on concrete arrays only.
+
+def test_out_of_vocabulary_ids_are_an_error_not_nan_logits(lm):
+  model, params = lm
+  tokens = np.array(_tokens())
+  tokens[1, 5] = V  # One past the vocabulary: jnp.take would give NaN embeddings.
+  with pytest.raises(ValueError, match=r"tokens\[1, 5\] = 37.*\[0, 37\)"):
+    model.apply({"params": params}, tokens)
+  tokens[1, 5] = -1
+  with pytest.raises(ValueError, match=r"tokens\[1, 5\] = -1"):
+    model.apply({"params": params}, tokens)
+  with pytest.raises(ValueError, match=r"prompt\[0, 0\] = 99"):
+    sampling.generate(model, params, jnp.full((2, 3), 99, jnp.int32), jax.random.PRNGKey(0),
+                      max_new_tokens=2)
+  with pytest.raises(TypeError, match="tokens.*integer.*float32"):
+    model.apply({"params": params}, jnp.zeros((2, 3)))
+  # Under jit the ids are tracers: nothing is checked and nothing is added to the program.
+  assert np.isfinite(np.asarray(jax.jit(model.apply)({"params": params}, _tokens()))).all()
+
+
+def test_cache_overflow_and_bad_generate_arguments_are_errors(lm):
+  model, params = lm
+  cache = tfm.init_cache(model.config, 2, 8)
+  _, cache = model.apply({"params": params}, _tokens(t=6), cache)
+  # dynamic_update_slice would clamp the write and silently overwrite positions 2..5.
+  with pytest.raises(ValueError, match=r"cache.*6 \+ 4 = 10.*8"):
+    model.apply({"params": params}, _tokens(t=4), cache)
+  with pytest.raises(ValueError, match="cache batch 2.*tokens batch 3"):
+    model.apply({"params": params}, _tokens(b=3, t=1), tfm.init_cache(model.config, 2, 8))
+  prompt = _tokens(t=3)
+  key = jax.random.PRNGKey(0)
+  with pytest.raises(ValueError, match="temperature=nan"):
+    sampling.generate(model, params, prompt, key, max_new_tokens=2, temperature=float("nan"))
+  with pytest.raises(ValueError, match="max_new_tokens=-1"):
+    sampling.generate(model, params, prompt, key, max_new_tokens=-1)
+  with pytest.raises(ValueError, match=r"prompt.*\(2, 0\)"):
+    sampling.generate(model, params, prompt[:, :0], key, max_new_tokens=2)
+  with pytest.raises(ValueError, match=r"cache.*6 filled.*3 \+ 2"):
+    sampling.generate(model, params, prompt, key, max_new_tokens=2, cache=cache)
+
+
+def test_logprob_helpers_reject_out_of_range_targets_and_bad_masks():
+  logits = jnp.zeros((1, 4, 8))
+  with pytest.raises(ValueError, match=r"tokens\[0, 2\] = 8.*\[0, 8\)"):
+    logprobs.sequence_logprob(logits, jnp.array([[1, 2, 8, 3]]))
+  with pytest.raises(ValueError, match=r"mask.*\(1, 4\).*\(1, 3\)"):
+    logprobs.next_token_loss(logits, jnp.zeros((1, 4), jnp.int32), jnp.ones((1, 4)))
+  with pytest.raises(ValueError, match="top_p=0"):
+    sampling.top_p_logits(logits, 0.0)
+
+
+@pytest.mark.parametrize("field, value", [("rope_theta", 0.0), ("norm_eps", -1e-5),
+                                          ("num_kv_heads", 0), ("head_dim", 0)])
+def test_config_rejects_values_that_give_nan_or_crash(field, value):
+  with pytest.raises(ValueError, match=f"TransformerConfig.{field}={value}"):
+    tfm.llama_config(vocab_size=V, d_model=32, num_heads=4, **{field: value})
+  with pytest.raises(ValueError, match="RopeScaling.factor=0"):
+    tfm.llama_config(rope_scaling=tfm.RopeScaling("linear", 0.0))

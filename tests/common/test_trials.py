@@ -97,3 +97,62 @@ def test_a_stage_that_fails_leaves_the_previous_value(tmp_path):
   with pytest.raises(RuntimeError):
     trials.cached_stage(str(tmp_path), "s", "fp2", boom)
   assert trials.read_stage(str(tmp_path), "s", "fp") == {"v": 1}
+
+
+@pytest.mark.parametrize("tail", [
+    b'{"fingerprint": "abc", "k": 3, "v"',           # cut mid-row
+    b'{"fingerprint": "abc", "k": 3, "s": "\xc3',    # cut inside a UTF-8 character
+    b"\0" * 40,                                       # NUL padding left by a crash
+    b"[1, 2",                                         # not a row at all
+])
+def test_torn_last_line_is_skipped_repaired_and_the_run_resumes(tmp_path, caplog, tail):
+  path = str(tmp_path / "trials.jsonl")
+  with trials.TrialLog(path, "abc") as log:
+    for k in (1, 2):
+      log.append({"k": k, "v": 10 * k})
+  with open(path, "ab") as f:
+    f.write(tail)
+  caplog.set_level("WARNING")
+  done = []
+  with trials.TrialLog(path, "abc") as log:  # Before: UnicodeDecodeError for the UTF-8 cut.
+    for k in (1, 2, 3):
+      if k not in log.done(lambda r: r["k"]):
+        done.append(k)
+        log.append({"k": k, "v": 10 * k})
+  assert done == [3]  # Only the trial whose row was torn runs again.
+  assert any("skipped 1 unreadable line(s) (line 3)" in r.getMessage() for r in caplog.records)
+  rows = trials.read_trials(path, "abc")
+  assert [(r["k"], r["v"]) for r in rows] == [(1, 10), (2, 20), (3, 30)]
+  with open(path, "rb") as f:
+    assert f.read().endswith(b'"v": 30}\n')
+
+
+def test_ensure_directory_creates_and_rejects_files_and_unwritable_paths(tmp_path):
+  assert trials.ensure_directory(tmp_path / "a" / "b") == str(tmp_path / "a" / "b")
+  assert os.listdir(tmp_path / "a" / "b") == []  # The write check leaves nothing.
+  (tmp_path / "f").write_text("x")
+  with pytest.raises(ValueError, match=r"^workdir '.*f' is a file; expected a directory"):
+    trials.ensure_directory(tmp_path / "f")
+  with pytest.raises(ValueError, match=r"^--workdir '/proc/x' is not a writable directory.*"
+                     r"nearest existing directory '/proc'"):
+    trials.ensure_directory("/proc/x", "--workdir")
+  with pytest.raises(ValueError, match="workdir must be a non-empty path, got ''"):
+    trials.ensure_directory("")
+
+
+def test_fingerprint_sweep_numpy_values_sets_and_bad_arguments():
+  # NumPy values hash like the Python ones (before: TypeError "not iterable").
+  assert (trials.config_fingerprint({"lr": np.float64(0.5), "n": np.int64(3), "xs": np.arange(2)})
+          == trials.config_fingerprint({"lr": 0.5, "n": 3, "xs": [0, 1]}))
+  trials.config_fingerprint({"lr": np.float32(0.1)})
+  # A set hashes the same in every process (before: in its iteration order).
+  assert trials.config_fingerprint({"s": {"b", "a"}}) == trials.config_fingerprint({"s": ["a", "b"]})
+  # A bare string as exclude used to exclude its letters: "ns" dropped keys "n" and "s".
+  with pytest.raises(TypeError, match="exclude must be a sequence of key names"):
+    trials.config_fingerprint({"n": 1, "ns": 2}, exclude="ns")
+  with pytest.raises(TypeError, match="fingerprint must be a str"):
+    trials.TrialLog("/tmp/never.jsonl", _config())
+  calls = []
+  with pytest.raises(TypeError, match="fingerprint must be a str"):
+    trials.cached_stage("/tmp/never", "s", {"a": 1}, lambda: calls.append(1))
+  assert calls == []  # Before: computed first, then failed to write.

@@ -151,3 +151,18 @@ def test_reproduce_rejects_unknown_names_and_presets(tmp_path):
                           text=True, timeout=300)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not os.path.exists(tmp_path / "REPORT.md")
+
+
+def test_main_and_reproduce_reject_a_bad_workdir_with_one_line(tmp_path):
+  a_file = tmp_path / "a_file"
+  a_file.write_text("x")
+  for workdir, message in [(a_file, "is a file; expected a directory"),
+                           ("/proc/x", "'/proc/x' is not a writable directory")]:
+    proc = _main("--config=experiments/configs/kernel_ridge.py:tiny", workdir=workdir)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--only=kernel_ridge",
+                           "--preset=tiny", f"--workdir={workdir}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr

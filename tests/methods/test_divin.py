@@ -239,3 +239,30 @@ def test_sample_classes_composes_the_named_pieces(rng):
                              atol=1e-5)
   with pytest.raises(ValueError, match="unknown method"):
     divin.method_field("nope", apply, None, jnp.zeros((8, 2)), 1.0, rng, num_steps=4)
+
+
+def test_sweep_bad_arguments_raise_before_tracing(rng):
+  # Each of these was silent: NaN samples (eta < 0, t1 = t2), a clamped k-NN radius
+  # (k >= N), a wrapped one-hot (label -1), NaN mode weights (all zero).
+  kwargs = dict(apply_fn=_toy_apply, method="divin", shape=(8, 2), num_classes=2,
+                num_steps=4, divin_steps=2, rollout_steps=1)
+  with pytest.raises(ValueError, match="eta must be finite and > 0"):
+    divin.sample_classes(None, rng, 3.0, 0.5, 0.0, 0.0, -0.1, **kwargs)
+  with pytest.raises(ValueError, match=r"CADS window \(t1, t2\) must satisfy"):
+    divin.sample_classes(None, rng, 3.0, 0.5, 0.0, 0.0, 0.1, cads_t1=0.5, cads_t2=0.5,
+                         **kwargs)
+  with pytest.raises(ValueError, match="unknown method"):
+    divin.sample_classes(None, rng, 3.0, 0.5, 0.0, 0.0, 0.1, **{**kwargs, "method": "x"})
+  with pytest.raises(ValueError, match=r"k must be an int in \[1, N - 1\]"):
+    metrics.density_coverage(jnp.zeros((5, 2)), jnp.zeros((3, 2)), k=5)
+  with pytest.raises(ValueError, match=r"labels must lie in \[0, num_classes\)"):
+    divin.dataset_batch(0, 0, x=np.zeros((4, 2)), labels=np.array([-1, -1, -1, -1]),
+                        num_classes=3, batch_size=2)
+  with pytest.raises(ValueError, match="mode_weights must be"):
+    divin.ring_modes(3, (0.0, 0.0), 5.0)
+  with pytest.raises(ValueError, match="lengthscale must be finite and > 0"):
+    divin.vendi_score(jnp.zeros((3, 2)), lengthscale=0.0)
+  with pytest.raises(ValueError, match="n >= 2"):
+    metrics.mean_pairwise_distance(jnp.zeros((1, 2)))
+  with pytest.raises(ValueError, match="num_rollout_steps must be an int >= 1"):
+    potential.clean_prediction(_toy_apply, None, jnp.zeros((2, 2)), jnp.zeros((2, 2)), 0)

@@ -248,3 +248,69 @@ def test_coupling_bound_is_an_upper_bound_on_w2(x64):
   a, b = np.sort(rng.normal(size=(7, 1)), 0), np.sort(rng.normal(size=(7, 1)), 0)
   np.testing.assert_allclose(float(fm.coupling_w2_bound(jnp.asarray(a), jnp.asarray(b))),
                              fm.exact_w2(a, b), rtol=1e-10)
+
+
+# Issue 17, item 11: the batch keys lived only in docstrings; a wrong batch gave a bare
+# KeyError (or a concatenate error) deep inside the traced loss.
+
+def _tiny_model():
+  model = fm.ConditionalMLP(hidden=(4,), dim=2)
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1,)), jnp.zeros((1, 2)),
+                      jnp.zeros((1, 3)))
+  return model, params
+
+
+@pytest.mark.parametrize("batch, error, match", [
+    ({"x": jnp.zeros((4, 2)), "cond": jnp.zeros((4, 3))}, ValueError,
+     r"missing keys \['x1'\]: expected keys \['x1', 'cond'\], got keys \['cond', 'x'\]"),
+    ({"x1": jnp.zeros((4, 2))}, ValueError, r"missing keys \['cond'\]"),
+    ((jnp.zeros((4, 2)), jnp.zeros((4, 3))), TypeError, r"batch must be a dict with keys"),
+    ({"x1": jnp.zeros((4, 2)), "cond": jnp.zeros((5, 3))}, ValueError,
+     r"batch\['cond'\] must have shape \(4, C\)"),
+    ({"x1": jnp.zeros((4, 2), jnp.int32), "cond": jnp.zeros((4, 3))}, TypeError,
+     r"batch\['x1'\] must be floating point"),
+])
+def test_loss_fn_checks_the_batch_structure_at_trace_time(batch, error, match):
+  model, params = _tiny_model()
+  loss_fn = jax.jit(fm.make_loss_fn(model.apply))
+  with pytest.raises(error, match=match):
+    loss_fn(params, batch, jax.random.PRNGKey(1))
+
+
+def test_sweep_integer_starts_are_promoted_and_bad_scalars_raise():
+  x_int = jnp.ones((4, 2), jnp.int32)
+  key = jax.random.PRNGKey(0)
+  drift = lambda t, x: -x
+  # An integer x0 gave an integer time grid (0, 0, ..., 1) to the SDE sampler.
+  np.testing.assert_allclose(sampling.sample_sde(drift, x_int, key, sigma=0.0, num_steps=4),
+                             sampling.sample_sde(drift, x_int.astype(jnp.float32), key,
+                                                 sigma=0.0, num_steps=4))
+  np.testing.assert_allclose(sampling.sample_ode(drift, x_int, num_steps=4),
+                             jnp.full((4, 2), 0.75 ** 4), rtol=1e-6)
+  cases = [
+      (lambda: sampling.sample_sde(drift, x_int, key, sigma=float("nan")), "sigma must be"),
+      (lambda: sampling.sample_ode(drift, x_int, num_steps=0), "num_steps must be an int >= 1"),
+      (lambda: fm.rotated_gaussian(key, 3, cov_min=0.0), "cov_min must be finite and > 0"),
+      (lambda: fm.sphere_mixture(key, 2, num_components=0), "num_components must be"),
+      (lambda: fm.sinkhorn_divergence(jnp.zeros((3, 2)), jnp.ones((3, 2)), eps=0.0),
+       "eps must be finite and > 0"),
+      (lambda: coupling.ot_pairing(key, jnp.zeros((3, 2)), jnp.ones((3, 2)), eps=0.0),
+       "eps must be finite and > 0"),
+      (lambda: fm.euler_maruyama_law(closed_form.Gaussian(jnp.zeros(2), jnp.eye(2)), 1.0, 0),
+       "num_steps must be an int >= 1, got 0"),
+      (lambda: fm.empirical_gaussian(jnp.ones((1, 2))), "n >= 2"),
+      (lambda: fm.mixture_sample(key, closed_form.GaussianMixture(
+          jnp.array([0.5, 0.7]), jnp.zeros((2, 2)), jnp.stack([jnp.eye(2)] * 2)), 5),
+       "target.weights must be non-empty, >= 0 and sum to 1"),
+      (lambda: fm.make_loss_fn(lambda *a: 0.0, p_uncond=2.0), "p_uncond must be finite"),
+      (lambda: fm.make_loss_fn(lambda *a: 0.0, path="brownian_bridge", t_max=1.0),
+       "t_max must be < 1"),
+      (lambda: fm.sample_path("linear", jnp.zeros((4, 2)), jnp.zeros((4, 2)), jnp.ones(3)),
+       r"times t must be a scalar or have shape \(4,\)"),
+      (lambda: fm.gaussian_kl(closed_form.Gaussian(jnp.zeros(2), jnp.eye(2)),
+                              closed_form.Gaussian(jnp.zeros(3), jnp.eye(3))),
+       "p and q must have the same dimension"),
+  ]
+  for call, match in cases:
+    with pytest.raises(ValueError, match=match):
+      call()

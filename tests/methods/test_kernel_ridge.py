@@ -211,3 +211,68 @@ def test_selection_returns_grid_values_and_finite_scores(x64, rng):
   assert chosen.scores.shape == (1, 2, 4, 4, 5)
   assert np.isfinite(chosen.scores).all() and chosen.score == chosen.scores.min()
   assert chosen.hyper.lam1 in grid.lams1 and chosen.hyper.lam2 in grid.lams2
+
+
+# Issue 17, item 1: integer treatments gave all-NaN fits; NaN inputs flowed through.
+
+def test_integer_treatments_are_promoted_to_float_not_nan(rng):
+  data = causal.overlap_design(rng, 40)
+  doses = np.arange(40) % 5
+  hyper = kr.TwoStageHyper(1.0, 0.5, 1e-3, 1.0, 1e-3)
+  fit_int = kr.fit_two_stage(doses, data.x, data.y, hyper)
+  fit_float = kr.fit_two_stage(doses.astype(np.float32), data.x, data.y, hyper)
+  grid = jnp.arange(5.0)
+  assert np.isfinite(fit_int.effect(grid)).all()
+  np.testing.assert_allclose(fit_int.effect(grid), fit_float.effect(grid), rtol=1e-5)
+  # Integer outcomes cast the ridge grid to int (lambda -> 0) in loo_select.
+  x = jnp.linspace(-2.0, 2.0, 20)
+  y_int = np.round(3 * np.sin(np.asarray(x))).astype(np.int32)
+  best_int = kr.loo_select([kernels.Kernel(0.5)], x, y_int, (1e-2, 1e-1))
+  best_float = kr.loo_select([kernels.Kernel(0.5)], x, y_int.astype(np.float32), (1e-2, 1e-1))
+  assert best_int.loo_mse == pytest.approx(best_float.loo_mse, rel=1e-5)
+  assert kr.evaluation_grid(np.arange(100), 0.05, 3).dtype == jnp.result_type(float)
+
+
+def test_select_two_stage_with_integer_doses_gives_usable_hyperparameters(rng):
+  data = causal.overlap_design(rng, 40)
+  doses = np.arange(40) % 5
+  grid = kr.SelectionGrid(scales_t=(1.0,), scales_x=(1.0,), lams1=(1e-3,),
+                          scales_t2=(1.0,), lams2=(1e-4, 1e-3))
+  chosen = kr.select_two_stage(doses, data.x, data.y, rng, grid)
+  fit = kr.fit_two_stage(doses, data.x, data.y, chosen.hyper)
+  assert np.isfinite(chosen.score) and np.isfinite(fit.effect(jnp.arange(5.0))).all()
+
+
+@pytest.mark.parametrize("which, name", [("t", "treatment t"), ("x", "covariates x"),
+                                         ("y", "outcome y")])
+def test_non_finite_sample_values_are_rejected_with_name_and_index(rng, which, name):
+  data = causal.overlap_design(rng, 20)._asdict()
+  bad = np.array(data[which])
+  bad[(7,) + (0,) * (bad.ndim - 1)] = np.nan if which != "x" else np.inf
+  data[which] = bad
+  hyper = kr.TwoStageHyper(1.0, 1.0, 1e-3, 1.0, 1e-3)
+  with pytest.raises(ValueError, match=rf"{name} has a non-finite value .* at index \(?7"):
+    kr.fit_two_stage(data["t"], data["x"], data["y"], hyper)
+  with pytest.raises(ValueError, match=rf"{name} has a non-finite value"):
+    kr.select_two_stage(data["t"], data["x"], data["y"], rng)
+
+
+def test_sweep_bad_hyperparameters_and_degenerate_samples(rng):
+  data = causal.overlap_design(rng, 20)
+  hyper = kr.TwoStageHyper(1.0, 1.0, 1e-3, 1.0, 1e-3)
+  with pytest.raises(ValueError, match="lengthscale_t2 must be finite, got inf"):
+    kr.fit_two_stage(data.t, data.x, data.y, hyper._replace(lengthscale_t2=float("inf")))
+  with pytest.raises(ValueError, match="chunk_size must be None or an int >= 1, got 0"):
+    kr.fit_two_stage(data.t, data.x, data.y, hyper, chunk_size=0)
+  with pytest.raises(ValueError, match=r"selection grid lams1 must be .* got \(nan,\)"):
+    kr.select_two_stage(data.t, data.x, data.y, rng, kr.SelectionGrid(lams1=(float("nan"),)))
+  with pytest.raises(ValueError, match="treatment t has median pairwise distance 0"):
+    kr.select_two_stage(np.ones(20), data.x, data.y, rng)
+  with pytest.raises(TypeError, match="needs a PRNG key"):
+    kr.select_two_stage(data.t, data.x, data.y, None)
+  with pytest.raises(ValueError, match="lams must be non-empty, > 0 and finite"):
+    kr.loo_select([kernels.Kernel(1.0)], data.t, data.y, (0.0, 1e-3))
+  with pytest.raises(ValueError, match="treatments t has a non-finite value nan at index 0"):
+    kr.evaluation_grid(np.array([np.nan, 1.0, 2.0]))
+  with pytest.raises(ValueError, match="targets y has a non-finite value"):
+    krr.fit(kernels.Kernel(1.0), data.x, np.full(20, np.nan), 1e-3)

@@ -429,3 +429,29 @@ def test_teacher_forced_decode_equals_the_forward_pass(small_lm):
   got, count = decode(_rabitq_model(model, rcfg), _init_cache(rcfg, model, 2, 24, 15))
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(count, np.mean(np.arange(8, 23) + 1))  # every earlier token
+
+
+def test_bad_hyperparameters_are_errors_not_silent_results():
+  """Issue 17: values that used to give a silently degenerate result or a deep error."""
+  logits, valid = jnp.log(jnp.array([0.5, 0.3, 0.2])), jnp.ones(3, bool)
+  for p in (0.0, float("nan")):  # used to keep only the top token
+    with pytest.raises(ValueError, match="p=(0.0|nan)"):
+      ra.top_p_select(logits, valid, p, 3)
+  o, e = jnp.array([1.0, 0.0]), jnp.array([0.3, 2.0])
+  with pytest.raises(ValueError, match="cos=.*1.5"):  # used to give NaN queries
+    ra.query_at_cosine(o, e, jnp.array([1.5]))
+  with pytest.raises(ValueError, match="bits=0"):
+    ra.quantize_query(jnp.ones((2, 32)), bits=0, randomized=False)
+  with pytest.raises(ValueError, match="RaBitQConfig.max_budget=64.5"):
+    ra.RaBitQConfig(max_budget=64.5)
+  plain = transformer.init_cache(transformer.llama_config(vocab_size=8, d_model=32,
+                                                          num_heads=2), 1, 8)
+  with pytest.raises(ValueError, match="cache.state is None"):
+    ra.with_top_p(plain, 0.9)
+  with pytest.raises(ValueError, match="num_rotations=0"):
+    ra.estimator_trials(jnp.ones((2, 32)), jnp.ones((2, 32)), jax.random.PRNGKey(0), 0)
+  with pytest.raises(ValueError, match="outliers=40"):
+    ra.synthetic_cache(jax.random.PRNGKey(0), 256, 32, 2, 40)
+  # Under jit a traced p is not checked (nothing added to the program).
+  sel = jax.jit(ra.top_p_select, static_argnums=3)(logits, valid, 0.7, 3)
+  assert int(sel.count) == 2

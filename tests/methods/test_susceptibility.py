@@ -96,6 +96,79 @@ def test_estimate_llc_and_diagnostics_on_fixed_traces():
   assert not sus.diagnose(np.array([[0.0, np.nan]]), 0.0, 1.0)["healthy"]
 
 
+def test_diagnose_flags_too_small_and_too_large_steps_but_not_a_good_one():
+  # Issue 17: the old diagnose called eps 1e-4 (never equilibrates: 22% low) and 1e-2
+  # (discretisation bias: 30% high) healthy. Linear regression d = 6 (true LLC 3),
+  # minibatch 512. Checked on problem/chain seeds 0..9: the small step's ||w - w0||^2
+  # R-hat is 1.20-1.58 (good step: <= 1.05), the large step's MALA acceptance is
+  # 0.815-0.824 (good: 0.978-0.980), the good step is healthy and within 12%.
+  problem = sus.linear_regression(jax.random.PRNGKey(0), dim=6, n=4096, batch_size=512,
+                                  noise=1.0)
+  n_beta, burnin = sus.default_n_beta(512), 20
+  loss0 = problem.loss_fn(problem.w0, (problem.x, problem.y))
+  eps = (1e-4, 1.5e-3, 1e-2)
+  traces = jax.jit(jax.vmap(lambda e: sus.run_chains(
+      problem.loss_fn, problem.w0, problem.batch_fn, jax.random.PRNGKey(1), step_size=e,
+      n_beta=n_beta, localization=1.0, num_chains=8, num_burnin=burnin,
+      num_draws=600)))(jnp.asarray(eps))
+  small, good, large = (jax.tree.map(lambda x, i=i: x[i], traces) for i in range(3))
+  llc = [float(sus.estimate_llc(t.loss, loss0, n_beta, burnin).mean) / 3.0
+         for t in (small, good, large)]
+  d_small, d_good, d_large = (sus.diagnose(t, loss0, n_beta, burnin, step_size=e)
+                              for t, e in zip((small, good, large), eps))
+  # Too small: ||w - w0||^2 keeps rising through the draws.
+  dist = np.asarray(small.sq_distance)[:, burnin:].mean(axis=0)
+  assert dist[300:].mean() > 1.2 * dist[:300].mean()
+  assert not d_small["healthy"] and d_small["rhat_distance"] > 1.1, d_small
+  # Good: healthy and accurate.
+  assert d_good["healthy"], d_good["problems"]
+  assert llc[1] == pytest.approx(1.0, abs=0.15)
+  # Too large: the estimate is inflated, the traces look stationary, and only the
+  # step-size (acceptance) check sees it.
+  assert llc[2] > 1.15
+  assert not d_large["healthy"] and d_large["acceptance"] < 0.9, d_large
+  assert d_large["rhat"] < 1.1 and d_large["rhat_distance"] < 1.1 and not d_large["drifting"]
+  assert d_good["acceptance"] > 0.95
+  assert sus.diagnose(large.loss, loss0, n_beta, burnin)["acceptance"] is None
+
+
+def test_mala_acceptance_is_exact_for_a_quadratic_potential():
+  # U(w) = n_beta |w - b|^2 / 2 + gamma |w - w0|^2 / 2 is quadratic, so the MALA
+  # log-ratio from the drift norms equals the one with the exact energy difference.
+  n_beta, gamma, eps, b = 50.0, 1.0, 0.02, jnp.array([0.3, -0.2, 0.1])
+  w0 = jnp.zeros(3)
+  loss_fn = lambda w, batch: 0.5 * jnp.sum((w - b) ** 2)
+  trace = sus.run_chains(loss_fn, w0, lambda s: None, jax.random.PRNGKey(0), step_size=eps,
+                         n_beta=n_beta, localization=gamma, num_chains=2, num_draws=50,
+                         observe_fn=lambda w: w)
+  w = np.concatenate([np.zeros((2, 1, 3)), np.asarray(trace.observations)], axis=1)
+  u = n_beta * 0.5 * ((w - b) ** 2).sum(-1) + gamma * 0.5 * (w ** 2).sum(-1)
+  g = n_beta * (w - b) + gamma * w
+  np.testing.assert_allclose(trace.drift_sq_norm, (g[:, :-1] ** 2).sum(-1), rtol=1e-4)
+  log_q = lambda x, y, gy: -((x - y + eps / 2 * gy) ** 2).sum(-1) / (2 * eps)  # q(x | y)
+  log_alpha = (-(u[:, 1:] - u[:, :-1]) + log_q(w[:, :-1], w[:, 1:], g[:, 1:])
+               - log_q(w[:, 1:], w[:, :-1], g[:, :-1]))
+  exact = np.exp(np.minimum(log_alpha[:, :-1], 0.0)).mean(axis=1)
+  np.testing.assert_allclose(sus.mala_acceptance(trace.drift_sq_norm, eps), exact,
+                             rtol=1e-3, atol=1e-4)
+  assert 0.5 < exact.mean() < 0.999                  # the test can tell a wrong formula
+
+
+def test_split_rhat_and_the_rising_trace():
+  rng = np.random.default_rng(0)
+  assert sus.split_rhat(rng.normal(size=(4, 500))) == pytest.approx(1.0, abs=0.01)
+  shifted = rng.normal(size=(4, 500)) + np.arange(4)[:, None]
+  assert sus.split_rhat(shifted) > 1.5
+  assert sus.split_rhat(np.ones((2, 10))) == 1.0
+  rising = 0.5 + np.linspace(0.0, 0.3, 400) + 0.1 * rng.normal(size=(4, 400))
+  diag = sus.diagnose(rising, 0.0, 1.0)
+  assert not diag["healthy"] and diag["drifting"] and diag["rhat"] > 1.1
+  with pytest.raises(ValueError, match="num_burnin=400"):
+    sus.diagnose(rising, 0.0, 1.0, num_burnin=400)
+  with pytest.raises(ValueError, match="loss_trace must be"):
+    sus.diagnose(rising[0], 0.0, 1.0)
+
+
 def test_pooled_covariance_matches_numpy_on_fixed_draws():
   rng = np.random.default_rng(0)
   phi = rng.normal(size=(3, 7))

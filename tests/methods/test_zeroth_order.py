@@ -300,3 +300,64 @@ def test_trainable_split_keeps_the_linear_paths_and_merges_back():
   one, two = (task_lib.task_batch(split, 3, 5, 6, 4) for _ in range(2))
   np.testing.assert_array_equal(one["tokens"], two["tokens"])  # A pure function of (seed, step).
   assert one["tokens"].shape == (6, 4) and set(one["labels"]) <= {0, 1}
+
+
+# Bad input and surprises (issue 17).
+
+def test_make_step_does_not_donate_unless_asked():
+  params, loss_fn = quadratic()
+  txs = [optax.chain(zo.mezo(loss_fn, key=jax.random.PRNGKey(0)), optax.sgd(1e-2)),
+         optax.chain(zo.lozo(loss_fn, key=jax.random.PRNGKey(0), rank=1), optax.sgd(1e-2))]
+  # The notebook pattern: the same initial params for two optimisers.
+  for tx in txs:
+    new, _ = zo.make_step(tx)(params, tx.init(params), jnp.zeros(()))
+    assert not params["w"].is_deleted() and new["w"].shape == params["w"].shape
+  copy = jax.tree.map(jnp.copy, params)
+  zo.make_step(txs[0], donate=True)(copy, txs[0].init(copy), jnp.zeros(()))
+  assert copy["w"].is_deleted()  # Opted in: the buffers were reused.
+
+
+def test_agzo_without_taps_is_an_error_unless_isotropic_fallback_is_asked_for():
+  model = _PlainMLP()
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.zeros((1, 12)))["params"]
+  batch = jax.tree.map(jnp.asarray, _low_rank_regression()(0, 0))
+
+  def loss_no_taps(p, b):  # plain apply: nn.Dense records nothing
+    out, state = model.apply({"params": p}, b["x"], mutable=["taps"])
+    return jnp.mean((out - b["y"]) ** 2), state.get("taps", {})
+
+  with pytest.raises(ValueError, match=r"no tap.*Dense_0.*apply_with_taps.*untapped"):
+    zo.agzo_gradient(loss_no_taps, params, batch, jax.random.PRNGKey(0), 0)
+  tx = optax.chain(zo.agzo(loss_no_taps, key=jax.random.PRNGKey(0)), optax.sgd(1e-2))
+  with pytest.raises(ValueError, match=r"no tap.*Dense_0"):  # at the first trace
+    zo.make_step(tx)(params, tx.init(params), batch)
+  with pytest.raises(ValueError, match=r"no tap.*1 of 2.*Dense_0"):  # Dense_1 reads x
+    zo.activation_bases(params, {"Dense_1": {"input": batch["x"]}}, jax.random.PRNGKey(0),
+                        rank=2)
+  # The explicit opt-in: untapped kernels get isotropic noise (MeZO on those layers).
+  est = zo.agzo_gradient(loss_no_taps, params, batch, jax.random.PRNGKey(0), 0,
+                         untapped="isotropic")
+  assert np.isfinite(float(est.projected_grad))
+  with pytest.raises(ValueError, match="untapped='gauss'"):
+    zo.agzo(loss_no_taps, key=jax.random.PRNGKey(0), untapped="gauss")
+  with pytest.raises(ValueError, match=r"taps\[Dense_1\]\[.input.\].*\(4, 5\).*12"):
+    zo.activation_bases(params, {"Dense_0": {"input": jnp.ones((4, 16))},
+                                 "Dense_1": {"input": jnp.ones((4, 5))}},
+                        jax.random.PRNGKey(0), rank=2)
+
+
+def test_hyperparameters_and_names_are_checked():
+  params, loss_fn = quadratic()
+  key = jax.random.PRNGKey(0)
+  for make, match in [(lambda: zo.mezo(loss_fn, float("inf"), key=key), "eps=inf"),
+                      (lambda: zo.lozo(loss_fn, key=key, rank=1.5), "rank=1.5"),
+                      (lambda: zo.agzo(loss_fn, key=key, rank=2.0), "rank=2.0"),
+                      (lambda: zo.mezo(loss_fn, key=3), "key=3")]:
+    with pytest.raises((ValueError, TypeError), match=match):
+      make()
+  with pytest.raises(ValueError, match="mode='lineer'"):
+    task_lib.split_trainable(params, "lineer")  # was silently "linear"
+  with pytest.raises(ValueError, match="name='sgd'"):
+    recipes.optimizer("sgd", loss_fn, loss_fn, 1e-3, None, key=key)
+  with pytest.raises(ValueError, match="num_draws=0"):
+    zo.alignment_draws(lambda *a: None, params, None, params, key, 0)

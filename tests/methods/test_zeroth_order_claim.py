@@ -56,7 +56,7 @@ def mezo_step(tiny):
   and reused by the fine-tuning test's hand-written loop."""
   config, setup, _ = tiny
   tx = _experiment_optimizer("mezo", config, setup)
-  return tx, zo.make_step(tx)
+  return tx, zo.make_step(tx, donate=True)
 
 
 def test_agzo_is_better_aligned_than_mezo_on_the_trained_lm(tiny):
@@ -81,7 +81,8 @@ def test_memory_agzo_like_mezo_and_below_first_order(tiny, mezo_step):
   config, setup, batch = tiny
   txs = {"agzo_r4": _experiment_optimizer("agzo_r4", config, setup),
          "first_order": optax.chain(zo.first_order(setup.losses.loss_fn), optax.sgd(1e-3))}
-  steps = {"mezo": mezo_step} | {name: (tx, zo.make_step(tx)) for name, tx in txs.items()}
+  steps = {"mezo": mezo_step} | {name: (tx, zo.make_step(tx, donate=True))
+                                    for name, tx in txs.items()}
   # recipes.step_peak_bytes; MeZO's compilation is the one the fine-tuning test then calls.
   peaks = {name: recipes.peak_bytes(step.lower(setup.params, _init_state(tx, setup.params),
                                                batch).compile())
