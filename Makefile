@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Test workers (pytest-xdist; a file's tests stay on one worker, so module fixtures are built once).
+TEST_WORKERS ?= 2
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
 .PHONY: install reproduce test test-lower-bounds bench clean
@@ -18,7 +20,7 @@ reproduce: install
 	$(PY) -m experiments.reproduce --preset=quick --workdir=results
 
 test: install
-	$(PY) -m pytest -q tests --durations=15
+	$(PY) -m pytest -q tests --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 # Every dependency at exactly its declared minimum, in a throwaway venv (not part of test).
 test-lower-bounds:
