@@ -23,6 +23,7 @@ from common import checkpoint as checkpoint_lib
 from common import config as config_lib
 from common import kernels
 from common import report as report_lib
+from common import rl
 from common import sharding as sharding_lib
 from common import train as train_lib
 from common import trials as trials_lib
@@ -33,6 +34,7 @@ from common.models import hf
 from common.models import logprobs as lm_logprobs
 from common.models import sampling as lm_sampling
 from common.models import transformer as lm_tfm
+from methods import adathink
 from methods import cgfm
 from methods import divin
 from methods import flow_matching as fm
@@ -522,8 +524,30 @@ ROWS_SAMPLERS_GRAPHS = [
 ]
 
 
+# --- Reinforcement learning: GRPO (common/rl) and the AdaThink rewards.
+
+ROWS_RL = [
+    Case("grpo/group_size_one", lambda: rl.GRPOConfig(group_size=1), ValueError,
+         r"GRPOConfig.group_size must be an int >= 2, got 1"),
+    Case("grpo/clip_low_zero", lambda: rl.GRPOConfig(clip_low=0.0), ValueError,
+         r"GRPOConfig.clip_low must be in \(0, 1\), got 0.0"),
+    Case("grpo/clip_high_one", lambda: rl.GRPOConfig(clip_high=1.0), ValueError,
+         r"GRPOConfig.clip_high must be in \(0, 1\), got 1.0"),
+    Case("grpo/unknown_loss_agg", lambda: rl.GRPOConfig(loss_agg="x"), ValueError,
+         r"GRPOConfig.loss_agg must be one of"),
+    Case("grpo/aggregate_unknown_mode",
+         lambda: rl.aggregate(np.zeros((2, 3)), np.ones((2, 3)), "sum"), ValueError,
+         r"mode must be one of .* got 'sum'"),
+    Case("grpo/rewards_not_a_multiple_of_the_group",
+         lambda: rl.group_advantages(np.zeros(6), 4), ValueError,
+         r"rewards has 6 entries, not a multiple of group_size 4"),
+    Case("adathink/unknown_reward", lambda: adathink.get_reward("nope"), ValueError,
+         r"unknown reward 'nope'; expected one of"),
+]
+
+
 CASES: list[Case] = [*ROWS_RUNS, *ROWS_LOADERS, *ROWS_LM, *ROWS_REGRESSION_FLOWS,
-                      *ROWS_SAMPLERS_GRAPHS]
+                      *ROWS_SAMPLERS_GRAPHS, *ROWS_RL]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
