@@ -8,6 +8,9 @@ For logits z_t (over the vocabulary) at position t and next token y_{t+1}:
 
 Everything is in nats; divide by ln 2 for bits. All functions are jit/vmap/grad-safe.
 
+`sequence_token_stats` runs the model itself, also on ragged (left-padded) batches:
+row b's predictions from padding slots t < left_pad[b] are masked out (set to 0).
+
 Example:
     >>> logits = jnp.zeros((1, 4, 8))          # a uniform model over 8 tokens
     >>> float(next_token_loss(logits, jnp.zeros((1, 4), jnp.int32)))  # ln 8
@@ -17,11 +20,12 @@ Example:
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from common.models.transformer import check_token_ids
+from common.models.transformer import Transformer, check_token_ids
 
 
 def token_logprobs(logits: jax.Array, targets: jax.Array, name: str = "targets") -> jax.Array:
@@ -81,6 +85,74 @@ def next_token_loss(logits: jax.Array, tokens: jax.Array,
     return -jnp.mean(lp)
   mask = _masked(lp, mask)
   return -jnp.sum(lp * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+class TokenStats(NamedTuple):
+  """Per-prediction statistics of a sequence batch, all (B, T-1); entry t is about
+  predicting tokens[:, t+1] from tokens[:, :t+1].
+
+  Attributes:
+    logprobs: log p(tokens[:, t+1] | prefix), 0 where mask is False.
+    entropies: entropy of the predictive distribution at t, 0 where mask is False.
+    mask: True where position t is a real token (t >= left_pad[b]), i.e. the
+      prediction has a real context.
+  """
+  logprobs: jax.Array
+  entropies: jax.Array
+  mask: jax.Array
+
+
+def prediction_mask(left_pad: jax.Array | None, batch: int, length: int) -> jax.Array:
+  """(B, T-1) bool: True where t >= left_pad[b] (all True when left_pad is None)."""
+  t = jnp.arange(length - 1)[None, :]
+  if left_pad is None:
+    return jnp.ones((batch, length - 1), bool)
+  return t >= jnp.asarray(left_pad)[:, None]
+
+
+def sequence_token_stats(model: Transformer, params, tokens: jax.Array,
+                         left_pad: jax.Array | None = None,
+                         temperature: float = 1.0) -> TokenStats:
+  """Per-token log-probs and entropies from one full forward pass, ragged or not.
+
+  With z_t the logits at slot t (rows left-padded by left_pad[b] slots, each row's
+  real tokens at positions 0..L_b - 1, padding never attended to) and
+  p_t = softmax(z_t / temperature):
+
+      logprobs[b, t] = log p_t(tokens[b, t+1]),  entropies[b, t] = -sum_v p_t log p_t,
+
+  both for t >= left_pad[b] and 0 elsewhere.
+
+  Args:
+    model: the `Transformer`.
+    params: its parameters.
+    tokens: (B, T) int ids, T >= 2, e.g. a `Generation.tokens`.
+    left_pad: None or (B,) ints, the padding slots of each row (`Generation.left_pad`).
+    temperature: divides the logits (> 0; 1 is the model itself).
+
+  Returns:
+    `TokenStats` of (B, T-1) arrays. A completion of N tokens after a width-T0 prompt
+    is the slice [:, T0-1:], which matches `Generation.logprobs` /
+    `Generation.entropies` (mask it with `Generation.completion_mask`).
+
+  Example:
+    >>> g = sampling.generate(model, params, prompt, key, max_new_tokens=8,
+    ...                       prompt_lengths=lengths, eos_id=2, return_info=True)
+    >>> stats = sequence_token_stats(model, params, g.tokens, g.left_pad)
+    >>> old_logp = stats.logprobs[:, prompt.shape[1] - 1:] * g.completion_mask
+  """
+  if not hasattr(tokens, "ndim"):
+    tokens = jnp.asarray(tokens)
+  if tokens.ndim != 2 or tokens.shape[1] < 2:
+    raise ValueError(f"tokens must be (batch, time) with time >= 2, got shape {tokens.shape}")
+  if isinstance(temperature, (int, float)) and not 0 < temperature < math.inf:
+    raise ValueError(f"temperature={temperature!r}; expected a finite number > 0")
+  logits = model.apply({"params": params}, tokens, left_pad=left_pad)
+  logits = logits[:, :-1] / temperature
+  mask = prediction_mask(left_pad, *tokens.shape)
+  lp = token_logprobs(logits, tokens[:, 1:], "tokens[:, 1:]")
+  ent = token_entropy(logits)
+  return TokenStats(jnp.where(mask, lp, 0.0), jnp.where(mask, ent, 0.0), mask)
 
 
 def nats_to_bits(nats):

@@ -13,8 +13,13 @@ SwiGLU(x) = W_down (silu(W_gate x) * W_up x) or MLP(x) = W_out act(W_in x).
 
 The module is pure at its boundary: `model.apply({"params": params}, tokens)` gives
 logits; with a `KVCache` it also returns the updated cache, so prefill and one-token
-decoding are the same call. The cache is a plain pytree (stacked per-layer keys and
-values plus the filled length); the attention over it is a swappable function
+decoding are the same call. Ragged batches are left-padded: `left_pad=` (B,) gives
+each row's number of padding slots p_b; row b's real tokens then sit at slots
+p_b .. T-1, get rotary positions slot - p_b (so 0 .. len_b - 1, as if unpadded), and
+attend only to keys at slots >= p_b (a key-padding mask on top of the causal one).
+The cache remembers `left_pad`, so decoding after a ragged prefill stays ragged.
+The cache is a plain pytree (stacked per-layer keys and values plus the filled
+length); the attention over it is a swappable function
 (`attention_fn`, see `dot_product_attention` for the signature), so other code can read
 the cache and replace how it is attended (e.g. quantised keys, sparse selection).
 
@@ -208,11 +213,16 @@ class KVCache(NamedTuple):
       `attention_fn` (e.g. quantised keys). When present, each layer's attention
       is called with `state=` and returns `(output, new_state)`; see
       `dot_product_attention`.
+    left_pad: None (every row starts at slot 0), or (batch,) int32, the number of
+      left-padding slots of each row, set by a ragged prefill
+      (`Transformer(..., left_pad=)`): row b's token at slot s has rotary position
+      s - left_pad[b], and slots < left_pad[b] are never attended to.
   """
   k: jax.Array
   v: jax.Array
   length: jax.Array
   state: Any = None
+  left_pad: Any = None
 
 
 
@@ -257,6 +267,27 @@ def _check_cache(cache: "KVCache", tokens) -> None:
                        f"positions, but the cache holds {room}; use a larger init_cache max_len")
 
 
+def _check_left_pad(left_pad, tokens, cache: "KVCache | None") -> jax.Array:
+  """left_pad as (B,) int32; its values (when concrete) in [0, the filled length)."""
+  if not hasattr(left_pad, "ndim"):
+    left_pad = jnp.asarray(left_pad)
+  b, t = tokens.shape
+  if left_pad.shape != (b,) or not jnp.issubdtype(left_pad.dtype, jnp.integer):
+    raise ValueError(f"left_pad must be ({b},) integers (one per row), got shape "
+                     f"{left_pad.shape} and dtype {left_pad.dtype}")
+  filled = t
+  if cache is not None:
+    filled = int(cache.length) + t if is_concrete(cache.length) else None
+  if filled is not None and is_concrete(left_pad):
+    pads = np.asarray(left_pad)
+    bad = (pads < 0) | (pads >= filled)
+    if bad.any():
+      i = int(np.argmax(bad))
+      raise ValueError(f"left_pad[{i}] = {int(pads[i])}; expected padding in [0, {filled}) "
+                       "so that every row keeps at least one real token")
+  return left_pad.astype(jnp.int32)
+
+
 def init_cache(config: TransformerConfig, batch_size: int, max_len: int | None = None,
                dtype=None) -> KVCache:
   """An empty cache for `batch_size` sequences of up to `max_len` (default max_seq_len)."""
@@ -294,11 +325,13 @@ def apply_rope(x: jax.Array, positions: jax.Array, config: TransformerConfig) ->
 
   With a = positions * inv_freq duplicated to width r and x_r = x[..., :r]:
   x_r * cos(a) + rotate_half(x_r) * sin(a), rotate_half([u, w]) = [-w, u]
-  (the half-split convention of the Hugging Face checkpoints).
+  (the half-split convention of the Hugging Face checkpoints). `positions` is (T,),
+  shared by the batch, or (B, T), one row of positions per sequence (ragged batches).
   """
   r = config.rotary_dim
-  angles = positions.astype(jnp.float32)[:, None] * rope_frequencies(config)[None, :]
-  angles = jnp.concatenate([angles, angles], axis=-1)[None, :, None, :]
+  angles = positions.astype(jnp.float32)[..., None] * rope_frequencies(config)
+  angles = jnp.concatenate([angles, angles], axis=-1)
+  angles = angles[None, :, None, :] if positions.ndim == 1 else angles[:, :, None, :]
   cos, sin = jnp.cos(angles), jnp.sin(angles)
   x_rot, x_pass = x[..., :r].astype(jnp.float32), x[..., r:]
   half = r // 2
@@ -309,7 +342,7 @@ def apply_rope(x: jax.Array, positions: jax.Array, config: TransformerConfig) ->
 
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
                           q_positions: jax.Array, kv_length: jax.Array,
-                          layer: int) -> jax.Array:
+                          layer: int, kv_start: jax.Array | None = None) -> jax.Array:
   """Causal grouped-query attention; the default `attention_fn`.
 
   Args:
@@ -319,14 +352,19 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
       key/value head h // (H / KV)).
     kv_length: int scalar, the number of valid key positions.
     layer: the layer index (unused here).
+    kv_start: None, or (B,) int, the first valid key slot of each row (its left
+      padding); passed only for ragged (left-padded) batches.
 
   Returns:
-    (B, T, H, d): softmax_j(q . k_j / sqrt(d) over j <= position, j < kv_length) v_j.
+    (B, T, H, d): softmax_j(q . k_j / sqrt(d)) v_j over kv_start_b <= j <= position,
+    j < kv_length. A query with no valid key (a padding slot) gets the uniform
+    average, finite and never read by a real token.
 
-  A replacement has the same signature. If it keeps per-layer state across decoding
-  steps, the cache carries it (`KVCache.state`, one entry per layer) and the
-  replacement is called with an extra keyword `state=` (that layer's entry) and must
-  return `(output, new_state)`.
+  A replacement has the same signature; it gets `kv_start=` only from ragged batches,
+  so one without that keyword still serves equal-length ones. If it keeps per-layer
+  state across decoding steps, the cache carries it (`KVCache.state`, one entry per
+  layer) and the replacement is called with an extra keyword `state=` (that layer's
+  entry) and must return `(output, new_state)`.
   """
   del layer
   b, t, h, d = q.shape
@@ -336,6 +374,9 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   scores = scores / jnp.sqrt(jnp.float32(d))
   key_pos = jnp.arange(k.shape[1])
   mask = (key_pos[None, :] <= q_positions[:, None]) & (key_pos[None, :] < kv_length)
+  if kv_start is not None:  # (B, 1, 1, T, S): the causal mask and each row's key padding.
+    mask = mask[None] & (key_pos[None, None, :] >= kv_start[:, None, None])
+    mask = mask[:, None, None]
   scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
   probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
   out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
@@ -389,9 +430,12 @@ class _LayerModule(nn.Module):
 
 
 class Attention(_LayerModule):
+  """Grouped-query attention over cache slots `positions` (T,); with `left_pad` (B,),
+  rotary positions are slot - left_pad[b] (clipped at 0 on padding slots) and the
+  attention_fn gets `kv_start=left_pad`."""
 
   @nn.compact
-  def __call__(self, x, positions, cache_kv, kv_length, state=None):
+  def __call__(self, x, positions, cache_kv, kv_length, state=None, left_pad=None):
     c = self.config
     b, t, _ = x.shape
     h, kv, d = c.num_heads, c.kv_heads, c.dim_per_head
@@ -401,7 +445,9 @@ class Attention(_LayerModule):
     if c.qk_norm:
       q = RMSNorm(c.norm_eps, c.compute_dtype, name="q_norm")(q)
       k = RMSNorm(c.norm_eps, c.compute_dtype, name="k_norm")(k)
-    q, k = apply_rope(q, positions, c), apply_rope(k, positions, c)
+    rope_positions = positions if left_pad is None else jnp.maximum(
+        positions[None, :] - left_pad[:, None], 0)
+    q, k = apply_rope(q, rope_positions, c), apply_rope(k, rope_positions, c)
     if cache_kv is None:
       k_all, v_all, new_kv = k, v, None
     else:
@@ -411,6 +457,8 @@ class Attention(_LayerModule):
       v_all = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, start, 0, 0))
       new_kv = (k_all, v_all)
     kwargs = dict(q_positions=positions, kv_length=kv_length, layer=self.layer)
+    if left_pad is not None:
+      kwargs["kv_start"] = left_pad
     if state is None:
       heads = self.attention_fn(q, k_all, v_all, **kwargs)
     else:
@@ -438,11 +486,11 @@ class FeedForward(nn.Module):
 class Block(_LayerModule):
 
   @nn.compact
-  def __call__(self, x, positions, cache_kv, kv_length, state=None):
+  def __call__(self, x, positions, cache_kv, kv_length, state=None, left_pad=None):
     c = self.config
     attn = Attention(c, self.layer, self.attention_fn, name="attn")
     attn_out, new_kv, state = attn(_norm(c, "attn_norm")(x), positions, cache_kv, kv_length,
-                                   state)
+                                   state, left_pad)
     if not c.use_mlp:
       y = x + attn_out
     elif c.parallel_residual:
@@ -460,7 +508,16 @@ class Transformer(nn.Module):
   Call: `apply({"params": p}, tokens)` -> logits (B, T, V) for tokens (B, T) at
   positions 0..T-1; `apply({"params": p}, tokens, cache)` -> (logits, new_cache) for
   tokens at positions cache.length .. cache.length+T-1, attending to everything
-  cached before them.
+  cached before them. `left_pad=` (B,) ints makes the batch ragged (left-padded):
+  row b's slots < left_pad[b] are padding, its token at slot s has position
+  s - left_pad[b], and no token attends to padding; the logits at padding slots are
+  meaningless. With a cache, left_pad is stored in it (an explicit one replaces the
+  cache's), so later decoding calls need not repeat it.
+
+  Example (ragged):
+      >>> tokens = jnp.array([[0, 0, 5, 6], [1, 2, 3, 4]])  # row 0: 2 pads, [5, 6]
+      >>> logits = model.apply({"params": p}, tokens, left_pad=jnp.array([2, 0]))
+      >>> # logits[0, 2:] == model.apply({"params": p}, tokens[:1, 2:])[0] (to rounding)
 
   Attributes:
     config: the `TransformerConfig`.
@@ -470,7 +527,8 @@ class Transformer(nn.Module):
   attention_fn: Callable = dot_product_attention
 
   @nn.compact
-  def __call__(self, tokens: jax.Array, cache: KVCache | None = None):
+  def __call__(self, tokens: jax.Array, cache: KVCache | None = None,
+               left_pad: jax.Array | None = None):
     c = self.config
     if not hasattr(tokens, "ndim"):
       tokens = jnp.asarray(tokens)
@@ -479,6 +537,10 @@ class Transformer(nn.Module):
     check_token_ids(tokens, c.vocab_size)
     if cache is not None:
       _check_cache(cache, tokens)
+      if left_pad is None:
+        left_pad = cache.left_pad
+    if left_pad is not None:
+      left_pad = _check_left_pad(left_pad, tokens, cache)
     embed = nn.Embed(c.vocab_size, c.d_model, embedding_init=nn.initializers.normal(0.02),
                      dtype=c.compute_dtype, name="embed")
     x = embed(tokens)
@@ -491,7 +553,7 @@ class Transformer(nn.Module):
       layer_kv = None if cache is None else (cache.k[i], cache.v[i])
       layer_state = None if cache is None or cache.state is None else cache.state[i]
       x, kv, layer_state = Block(c, i, self.attention_fn, name=f"layer_{i}")(
-          x, positions, layer_kv, kv_length, layer_state)
+          x, positions, layer_kv, kv_length, layer_state, left_pad)
       if kv is not None:
         new_k.append(kv[0])
         new_v.append(kv[1])
@@ -505,7 +567,7 @@ class Transformer(nn.Module):
     if cache is None:
       return logits
     state = None if cache.state is None else tuple(new_states)
-    return logits, KVCache(jnp.stack(new_k), jnp.stack(new_v), kv_length, state)
+    return logits, KVCache(jnp.stack(new_k), jnp.stack(new_v), kv_length, state, left_pad)
 
 
 def _linear(features: int, bias: bool, config: TransformerConfig, name: str) -> Linear:

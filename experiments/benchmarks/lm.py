@@ -18,7 +18,7 @@ excludes compilation):
   ``model(ids, use_cache=True)`` under ``torch.inference_mode``);
 - decode tokens/s: batch * decode_tokens / (time of greedy generation of decode_tokens
   tokens after a decode_prompt-token prompt, minus the prefill time of that prompt)
-  (ours: ``common.models.sampling.generate``, one jit-compiled prefill + lax.scan;
+  (ours: ``common.models.sampling.generate``, one jit-compiled prefill + a lax.while_loop decode;
   theirs: ``model.generate(do_sample=False, min_new_tokens=max_new_tokens)``);
 - the compiled memory of one jit training step (forward, backward, AdamW update) of
   our model on (batch, prefill_len) tokens, from ``compiled.memory_analysis()``.
