@@ -20,6 +20,15 @@ and logs the loss the optimizer measured, which it keeps in its state under the
 name `loss` (read with `optax.tree.get`; e.g. `methods.zeroth_order.ZOState`).
 Checkpoints, resume, metrics, the NaN guard and the mesh are the same for both.
 
+On-policy methods (GRPO and other policy-gradient RL) sample their batch from the
+current policy: with `on_policy=True` the loop calls `batch_fn(seed, s, params)`
+with the parameters that update `s` starts from (`state.params` with
+`state.step == s`), so the batch of update `s + 1` is made after update `s`
+finishes. Such a batch function must be a pure function of (seed, step, params)
+(e.g. `common.rl.rollout.make_grpo_batch_fn`); since a checkpoint restores the
+parameters exactly, resuming stays exact. It must not keep or modify `params`
+(the step donates them). The default, `on_policy=False`, calls `batch_fn(seed, s)`.
+
 Parameters are created by a jitted init whose outputs are pinned replicated on a
 `jax.sharding.Mesh` (shapes for restoring come from `eval_shape`), batches are
 split over the mesh `data` axis, so the same code runs on 1 CPU, N fake CPU
@@ -505,13 +514,14 @@ def _check_run(directory: str, path: str, record: dict, newest: int | None) -> N
 
 def train(*, init_fn: Callable[[jax.Array], Any],
           loss_fn: Callable[[Any, Any, jax.Array], tuple[jax.Array, Mapping[str, jax.Array]]],
-          batch_fn: Callable[[int, int], Any],
+          batch_fn: Callable[..., Any],
           optimizer: optax.GradientTransformation,
           config: ml_collections.ConfigDict,
           workdir: str | os.PathLike,
           mesh: jax.sharding.Mesh | None = None,
           gradient_free: bool = False,
-          overwrite: bool = False) -> TrainResult:
+          overwrite: bool = False,
+          on_policy: bool = False) -> TrainResult:
   """Trains `init_fn`'s parameters on `loss_fn` with `optimizer`, resuming from `workdir`.
 
   Args:
@@ -521,7 +531,8 @@ def train(*, init_fn: Callable[[jax.Array], Any],
       `gradient_free` it is handed to the optimizer (which may evaluate its own).
     batch_fn: `(seed, step) -> batch` pytree with leading axis
       `config.batch_size`, a pure function of its arguments (resuming relies
-      on it). Host-side; returns NumPy or JAX arrays.
+      on it). Host-side; returns NumPy or JAX arrays. With `on_policy`,
+      `(seed, step, params) -> batch`, a pure function of the three.
     optimizer: an `optax.GradientTransformation`. With `gradient_free`, its
       update takes the extra arguments `loss_fn`, `batch` and `key` (as
       `optax.GradientTransformationExtraArgs` and `optax.chain` do) and its
@@ -535,6 +546,8 @@ def train(*, init_fn: Callable[[jax.Array], Any],
       evolution strategies): see the module docstring.
     overwrite: discard the checkpoints already in `workdir/checkpoints` and
       train from scratch (e.g. after changing the config on purpose).
+    on_policy: call `batch_fn(seed, s, params)` with the parameters update `s`
+      starts from (see the module docstring), for batches sampled from the policy.
 
   Returns:
     `TrainResult(state, history)`: the state after `config.num_steps` updates
@@ -588,11 +601,12 @@ def train(*, init_fn: Callable[[jax.Array], Any],
   step_fn = functools.partial(train_step, loss_fn=loss_fn, optimizer=optimizer, mesh=mesh,
                               gradient_free=gradient_free)
 
-  def place_batch(step):
-    batch = batch_fn(seed, step)
+  def place_batch(step, params):
+    batch = batch_fn(seed, step, params) if on_policy else batch_fn(seed, step)
     for leaf in jax.tree.leaves(batch):
       if np.ndim(leaf) == 0 or np.shape(leaf)[0] != config.batch_size:
-        raise ValueError(f"batch_fn({seed}, {step}) returned a leaf of shape "
+        call = f"{seed}, {step}, params" if on_policy else f"{seed}, {step}"
+        raise ValueError(f"batch_fn({call}) returned a leaf of shape "
                          f"{np.shape(leaf)}; expected leading size "
                          f"config.batch_size={config.batch_size}")
     return shard_batch(batch, mesh)
@@ -637,12 +651,14 @@ def train(*, init_fn: Callable[[jax.Array], Any],
       pending = None  # (metrics, state_finite) of `state`, not yet fetched.
       saving = False
       try:
-        batch = place_batch(start)
+        batch = place_batch(start, state.params)
         for s in range(start, num_steps):
           state, metrics, state_finite = step_fn(state, batch, step_key)
           done, pending = s + 1, (metrics, state_finite)
           if s + 1 < num_steps:
-            batch = place_batch(s + 1)  # Host work, overlapping the device's step.
+            # Host work, overlapping the device's step (on-policy: after it, as it
+            # samples from the new parameters).
+            batch = place_batch(s + 1, state.params)
           is_log = s % config.log_every == 0 or s + 1 == num_steps
           is_checkpoint = s + 1 == num_steps or (
               config.checkpoint_every and (s + 1) % config.checkpoint_every == 0)
