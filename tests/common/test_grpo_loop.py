@@ -8,6 +8,7 @@ here is the same 10-step GRPO run (G = 4 completions of B = 4 prompts, adam 1e-2
 runs compare bit for bit.
 """
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -74,10 +75,9 @@ def run(workdir, batches=BATCH_FN, **overrides):
 
 
 def assert_same_state(got, want):
+  """Same step, and bitwise-equal params and optimizer state."""
   assert int(got.step) == int(want.step)
-  for a, b in zip(jax.tree.leaves((got.params, got.opt_state)),
-                  jax.tree.leaves((want.params, want.opt_state))):
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  chex.assert_trees_all_equal((got.params, got.opt_state), (want.params, want.opt_state))
 
 
 @pytest.fixture(scope="module")
