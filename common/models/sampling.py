@@ -149,13 +149,16 @@ def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int = 0,
   return jnp.asarray(tokens), jnp.asarray(lengths)
 
 
-def _check_id(name: str, value, vocab_size: int) -> None:
+def check_id(name: str, value, vocab_size: int) -> None:
+  """One-line ValueError unless `value` is an int token id in [0, vocab_size)."""
   if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
       or not 0 <= value < vocab_size:
     raise ValueError(f"{name}={value!r}; expected a token id (int) in [0, {vocab_size})")
 
 
-def _check_prompt_lengths(prompt_lengths, batch: int, width: int) -> jax.Array:
+def check_prompt_lengths(prompt_lengths, batch: int, width: int) -> jax.Array:
+  """`prompt_lengths` as int32 after one-line checks: shape (batch,), integers, and (when
+  concrete) every length in [1, width]."""
   if not hasattr(prompt_lengths, "ndim"):
     prompt_lengths = jnp.asarray(prompt_lengths)
   if prompt_lengths.shape != (batch,) or not jnp.issubdtype(prompt_lengths.dtype, jnp.integer):
@@ -230,14 +233,14 @@ def generate(model: Transformer, params, prompt: jax.Array, key: jax.Array, *,
   _check_sampling(temperature, top_p)
   vocab = model.config.vocab_size
   if eos_id is not None:
-    _check_id("eos_id", eos_id, vocab)
-  _check_id("pad_id", pad_id, vocab)
+    check_id("eos_id", eos_id, vocab)
+  check_id("pad_id", pad_id, vocab)
   if return_logits and not return_info:
     raise ValueError("return_logits=True needs return_info=True (the logits live in the "
                      "Generation)")
   left_pad = None
   if prompt_lengths is not None:
-    left_pad = prompt.shape[1] - _check_prompt_lengths(prompt_lengths, *prompt.shape)
+    left_pad = prompt.shape[1] - check_prompt_lengths(prompt_lengths, *prompt.shape)
   if cache is not None:
     need = prompt.shape[1] + max_new_tokens
     filled = int(cache.length) if is_concrete(cache.length) else 0

@@ -51,27 +51,25 @@ LOG_RATIO_BOUND = 20.0   # |log rho| and |log pi_ref - log pi| are clamped here 
 KL_BOUND = 10.0          # EasyR1 clamps the k3 value to at most 10
 
 
-def _check_open_unit(name: str, value: Any) -> None:
-  """One-line ValueError unless the (concrete) value is a finite number in (0, 1)."""
+def _check_number(name: str, value: Any, ok: Callable[[float], bool], expected: str,
+                  in_range: str) -> None:
+  """One-line ValueError unless the (concrete) value is a number and `ok(value)`."""
   if not checks.is_concrete(value):
     return
   try:
     v = float(value)
   except (TypeError, ValueError):
-    raise ValueError(f"{name} must be a number in (0, 1), got {value!r}") from None
-  if not (0.0 < v < 1.0):
-    raise ValueError(f"{name} must be in (0, 1), got {value!r}")
+    raise ValueError(f"{name} must be a number {expected}, got {value!r}") from None
+  if not ok(v):
+    raise ValueError(f"{name} must be {in_range}, got {value!r}")
+
+
+def _check_open_unit(name: str, value: Any) -> None:
+  _check_number(name, value, lambda v: 0.0 < v < 1.0, "in (0, 1)", "in (0, 1)")
 
 
 def _check_dual_clip(name: str, value: Any) -> None:
-  if not checks.is_concrete(value):
-    return
-  try:
-    v = float(value)
-  except (TypeError, ValueError):
-    raise ValueError(f"{name} must be a number > 1, got {value!r}") from None
-  if not (math.isfinite(v) and v > 1.0):
-    raise ValueError(f"{name} must be finite and > 1, got {value!r}")
+  _check_number(name, value, lambda v: math.isfinite(v) and v > 1.0, "> 1", "finite and > 1")
 
 
 def _check_mode(name: str, mode: Any) -> None:

@@ -172,18 +172,14 @@ def rollout(model: Transformer, params: Any, prompts: Array, prompt_lengths: Arr
   if prompts.ndim != 2 or not jnp.issubdtype(prompts.dtype, jnp.integer):
     raise ValueError(f"prompts must be (B, T0) integer ids, got shape {prompts.shape} and "
                      f"dtype {prompts.dtype}")
-  prompt_lengths = jnp.asarray(prompt_lengths)
-  if prompt_lengths.shape != prompts.shape[:1]:
-    raise ValueError(f"prompt_lengths has shape {prompt_lengths.shape}; expected "
-                     f"{prompts.shape[:1]} (one per prompt)")
   # The sampler's checks (ids in the vocabulary, lengths in [1, T0], eos/pad ids) run
   # here on concrete values, before the jitted rollout traces them away.
   vocab = model.config.vocab_size
   check_token_ids(prompts, vocab, "prompts")
-  sampling._check_prompt_lengths(prompt_lengths, *prompts.shape)  # pylint: disable=protected-access
+  prompt_lengths = sampling.check_prompt_lengths(prompt_lengths, *prompts.shape)
   if eos_id is not None:
-    sampling._check_id("eos_id", eos_id, vocab)  # pylint: disable=protected-access
-  sampling._check_id("pad_id", pad_id, vocab)  # pylint: disable=protected-access
+    sampling.check_id("eos_id", eos_id, vocab)
+  sampling.check_id("pad_id", pad_id, vocab)
   return _rollout(model, params, prompts, prompt_lengths, key, group_size=int(group_size),
                   max_new_tokens=int(max_new_tokens), temperature=float(temperature),
                   top_p=float(top_p), eos_id=None if eos_id is None else int(eos_id),
