@@ -29,6 +29,13 @@ finishes. Such a batch function must be a pure function of (seed, step, params)
 parameters exactly, resuming stays exact. It must not keep or modify `params`
 (the step donates them). The default, `on_policy=False`, calls `batch_fn(seed, s)`.
 
+Batch functions with running statistics (the EMA threshold of an adaptive reward,
+a replay counter) pass them explicitly: with `carry=c0` the loop calls
+`batch_fn(seed, s, [params,] c_s) -> (batch, c_{s+1})`, starting from c_0 = `carry`,
+and checkpoints c_{s+1} with the state of step s + 1 (as `CarryTrainState.carry`),
+so the statistics resume with the parameters. The carry is a pytree of arrays whose
+structure, shapes and dtypes never change.
+
 Parameters are created by a jitted init whose outputs are pinned replicated on a
 `jax.sharding.Mesh` (shapes for restoring come from `eval_shape`), batches are
 split over the mesh `data` axis, so the same code runs on 1 CPU, N fake CPU
@@ -118,6 +125,19 @@ class TrainState(NamedTuple):
   step: jax.Array
   params: Any
   opt_state: Any
+
+
+class CarryTrainState(NamedTuple):
+  """A `TrainState` plus the batch function's carry (runs with `train(..., carry=)`).
+
+  Attributes:
+    step, params, opt_state: as in `TrainState`.
+    carry: the carry that the batch of update `step` is made from.
+  """
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  carry: Any
 
 
 class TrainResult(NamedTuple):
@@ -254,6 +274,10 @@ def _all_finite(tree: Any) -> jax.Array:
 def _make_state(key: jax.Array, init_fn: Callable, opt_init: Callable) -> TrainState:
   params = init_fn(key)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_init(params))
+
+
+def _with_carry(state: TrainState, carry: Any) -> TrainState | CarryTrainState:
+  return state if carry is None else CarryTrainState(*state[:3], carry=carry)
 
 
 # The functions, optimizer and mesh are static arguments, so repeated `train`
@@ -448,17 +472,22 @@ def _plain_number(value: Any) -> Any:
   return int(value) if isinstance(value, numbers.Integral) else value
 
 
-def _run_record(config: Any, abstract_state: TrainState, optimizer: Any,
-                gradient_free: bool) -> dict:
+def _run_record(config: Any, abstract_state: TrainState | CarryTrainState, optimizer: Any,
+                gradient_free: bool, on_policy: bool) -> dict:
   """What determines the checkpoints' values (see the module docstring)."""
   blob = json.dumps(_summary((optimizer.init, optimizer.update)), sort_keys=True)
   keys = [key for key in _ALL_KEYS if key not in _NOT_RESULT_KEYS]  # seed, batch_size
-  return {"num_steps": int(config.num_steps),
-          "config": {**{key: _plain_number(getattr(config, key)) for key in keys},
-                     "gradient_free": bool(gradient_free)},
-          "optimizer": trials.config_fingerprint({"optimizer": blob}),
-          "params": _tree_signature(abstract_state.params),
-          "opt_state": _tree_signature(abstract_state.opt_state)}
+  flags = {"gradient_free": bool(gradient_free)}
+  if on_policy:  # Only when set, so the records of earlier runs still match.
+    flags["on_policy"] = True
+  record = {"num_steps": int(config.num_steps),
+            "config": {**{key: _plain_number(getattr(config, key)) for key in keys}, **flags},
+            "optimizer": trials.config_fingerprint({"optimizer": blob}),
+            "params": _tree_signature(abstract_state.params),
+            "opt_state": _tree_signature(abstract_state.opt_state)}
+  if isinstance(abstract_state, CarryTrainState):
+    record["carry"] = _tree_signature(abstract_state.carry)
+  return record
 
 
 def _tree_difference(name: str, old: dict, new: dict) -> str | None:
@@ -473,12 +502,14 @@ def _tree_difference(name: str, old: dict, new: dict) -> str | None:
 
 def _differences(old: dict, new: dict) -> list[str]:
   """The differences that matter between two run records, one phrase each."""
-  out = [f"config.{key}: {old['config'].get(key)!r} -> {value!r}"
-         for key, value in new["config"].items() if old["config"].get(key) != value]
+  config_keys = dict.fromkeys([*new["config"], *old["config"]])
+  out = [f"config.{key}: {old['config'].get(key)!r} -> {new['config'].get(key)!r}"
+         for key in config_keys if old["config"].get(key) != new["config"].get(key)]
   if old.get("optimizer") != new["optimizer"]:
     out.append("the optimizer (its hyperparameters or structure)")
   out += [d for d in (_tree_difference(name, old.get(name, {}), new[name])
-                      for name in ("params", "opt_state")) if d]
+                      for name in ("params", "opt_state", "carry")
+                      if name in new or name in old) if d]
   return out
 
 
@@ -521,7 +552,8 @@ def train(*, init_fn: Callable[[jax.Array], Any],
           mesh: jax.sharding.Mesh | None = None,
           gradient_free: bool = False,
           overwrite: bool = False,
-          on_policy: bool = False) -> TrainResult:
+          on_policy: bool = False,
+          carry: Any = None) -> TrainResult:
   """Trains `init_fn`'s parameters on `loss_fn` with `optimizer`, resuming from `workdir`.
 
   Args:
@@ -548,11 +580,16 @@ def train(*, init_fn: Callable[[jax.Array], Any],
       train from scratch (e.g. after changing the config on purpose).
     on_policy: call `batch_fn(seed, s, params)` with the parameters update `s`
       starts from (see the module docstring), for batches sampled from the policy.
+    carry: None, or the initial carry c_0 (a pytree of arrays) of a batch function
+      with running statistics: it is then called as `batch_fn(seed, s, [params,]
+      c_s)` and returns `(batch, c_{s+1})`; the carry is checkpointed with the
+      state (a `CarryTrainState`) and keeps its structure, shapes and dtypes.
 
   Returns:
     `TrainResult(state, history)`: the state after `config.num_steps` updates
     (or the restored state if the workdir's checkpoint is already that far)
-    and the metrics logged by this call.
+    and the metrics logged by this call. With `carry`, the state is a
+    `CarryTrainState` whose carry is the one after the last batch.
 
   Raises:
     ValueError / TypeError: for invalid config or arguments, or a workdir that is
@@ -595,25 +632,34 @@ def train(*, init_fn: Callable[[jax.Array], Any],
   is_chief = jax.process_index() == 0
   init_key, step_key = jax.random.split(jax.random.PRNGKey(seed))
 
-  abstract_state = jax.eval_shape(functools.partial(_make_state, init_fn=init_fn,
-                                                    opt_init=optimizer.init), init_key)
+  if carry is not None:
+    carry = _check_carry(carry)
+  abstract_state = _with_carry(
+      jax.eval_shape(functools.partial(_make_state, init_fn=init_fn, opt_init=optimizer.init),
+                     init_key), None if carry is None else _abstract(carry))
   state_shardings = jax.tree.map(lambda _: replicated_sharding(mesh), abstract_state)
   step_fn = functools.partial(train_step, loss_fn=loss_fn, optimizer=optimizer, mesh=mesh,
                               gradient_free=gradient_free)
 
-  def place_batch(step, params):
-    batch = batch_fn(seed, step, params) if on_policy else batch_fn(seed, step)
+  def place_batch(step, state):
+    args = (seed, step) + ((state.params,) if on_policy else ())
+    call = ", ".join([str(seed), str(step)] + ["params"] * on_policy)
+    if carry is None:
+      batch, next_carry = batch_fn(*args), None
+    else:
+      batch, next_carry = _split_carry(batch_fn(*args, state.carry), f"batch_fn({call}, carry)",
+                                       abstract_state.carry, mesh)
     for leaf in jax.tree.leaves(batch):
       if np.ndim(leaf) == 0 or np.shape(leaf)[0] != config.batch_size:
-        call = f"{seed}, {step}, params" if on_policy else f"{seed}, {step}"
         raise ValueError(f"batch_fn({call}) returned a leaf of shape "
                          f"{np.shape(leaf)}; expected leading size "
                          f"config.batch_size={config.batch_size}")
-    return shard_batch(batch, mesh)
+    return shard_batch(batch, mesh), next_carry
 
   directory = os.path.abspath(os.path.join(workdir, CHECKPOINT_SUBDIR))
   record_path = os.path.join(workdir, RUN_RECORD)
-  record = _run_record(config, abstract_state, user_optimizer, bool(gradient_free))
+  record = _run_record(config, abstract_state, user_optimizer, bool(gradient_free),
+                       bool(on_policy))
   if overwrite and os.path.isdir(directory):
     if is_chief:
       logging.warning("overwrite=True: discarding the checkpoints in %s", directory)
@@ -633,7 +679,9 @@ def train(*, init_fn: Callable[[jax.Array], Any],
                                              check=check_step)
     if start is None:
       start = 0
-      state = init_train_state(init_key, init_fn=init_fn, optimizer=optimizer, mesh=mesh)
+      state = _with_carry(
+          init_train_state(init_key, init_fn=init_fn, optimizer=optimizer, mesh=mesh),
+          None if carry is None else jax.device_put(carry, replicated_sharding(mesh)))
     else:
       logging.info("Resuming from checkpoint step %d in %s", start, workdir)
     if is_chief:
@@ -651,14 +699,16 @@ def train(*, init_fn: Callable[[jax.Array], Any],
       pending = None  # (metrics, state_finite) of `state`, not yet fetched.
       saving = False
       try:
-        batch = place_batch(start, state.params)
+        batch, next_carry = place_batch(start, state)
         for s in range(start, num_steps):
-          state, metrics, state_finite = step_fn(state, batch, step_key)
+          # The step sees (and donates) the TrainState part only; the carry is host data.
+          state, metrics, state_finite = step_fn(TrainState(*state[:3]), batch, step_key)
+          state = _with_carry(state, next_carry)
           done, pending = s + 1, (metrics, state_finite)
           if s + 1 < num_steps:
             # Host work, overlapping the device's step (on-policy: after it, as it
             # samples from the new parameters).
-            batch = place_batch(s + 1, state.params)
+            batch, next_carry = place_batch(s + 1, state)
           is_log = s % config.log_every == 0 or s + 1 == num_steps
           is_checkpoint = s + 1 == num_steps or (
               config.checkpoint_every and (s + 1) % config.checkpoint_every == 0)
@@ -694,6 +744,33 @@ def train(*, init_fn: Callable[[jax.Array], Any],
   finally:
     manager.wait_until_finished()
     manager.close()
+
+
+def _abstract(tree: Any) -> Any:
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+
+
+def _check_carry(carry: Any) -> Any:
+  """The initial carry as jax arrays; one-line error for a non-array leaf."""
+  def convert(path, leaf):
+    if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, numbers.Number)):
+      raise TypeError(f"carry{jax.tree_util.keystr(path)} must be an array or number, got "
+                      f"{type(leaf).__name__}")
+    return jnp.asarray(leaf)
+  return jax.tree_util.tree_map_with_path(convert, carry)
+
+
+def _split_carry(out: Any, call: str, abstract_carry: Any, mesh: jax.sharding.Mesh):
+  """(batch, next carry placed replicated) from a carrying batch function's output."""
+  if not (isinstance(out, tuple) and len(out) == 2):
+    raise TypeError(f"{call} must return (batch, carry) when train(..., carry=) is given, "
+                    f"got {type(out).__name__}")
+  batch, next_carry = out
+  new = _abstract(jax.tree.map(jnp.asarray, next_carry))
+  if jax.tree.structure(new) != jax.tree.structure(abstract_carry) or new != abstract_carry:
+    raise ValueError(f"{call} returned a carry of another structure, shape or dtype: "
+                     f"{_tree_signature(new)} != {_tree_signature(abstract_carry)}")
+  return batch, jax.device_put(next_carry, replicated_sharding(mesh))
 
 
 def _sync(name: str) -> None:

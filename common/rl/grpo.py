@@ -430,7 +430,8 @@ def make_loss_fn(apply_fn: Callable[..., Array], config: GRPOConfig = GRPOConfig
 
   The per-token log-probs and entropies come from `common.models.logprobs`
   (`token_logprobs`, `token_entropy`); the metrics add "entropy", the masked token
-  mean of the policy's entropy (nats, no gradient). `key` is unused (the forward
+  mean of the policy's entropy (nats, no gradient), and "reward", the batch's mean
+  reward, when the batch holds "rewards" (as `make_grpo_batch_fn`'s do). `key` is unused (the forward
   pass is deterministic). A batch with "left_pad" (ragged, left-padded rows) calls
   `apply_fn(params, tokens[:, :-1], left_pad=left_pad)`; its mask must be 0 on the
   padding.
@@ -469,6 +470,8 @@ def make_loss_fn(apply_fn: Callable[..., Array], config: GRPOConfig = GRPOConfig
                               batch["mask"], config)
     entropy = jax.lax.stop_gradient(lm_logprobs.token_entropy(logits))
     metrics["entropy"] = _masked_mean(entropy, jnp.asarray(batch["mask"]).astype(entropy.dtype))
+    if "rewards" in batch:
+      metrics["reward"] = jnp.mean(batch["rewards"])
     return loss, metrics
 
   return loss_fn

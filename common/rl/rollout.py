@@ -231,8 +231,8 @@ def make_grpo_batch_fn(model: Transformer, ref_params: Any | None,
                        prompt_fn: Callable[[int, int], tuple[Any, Any, Any]],
                        reward_fn: Callable[[Rollout, Any], Any], config: GRPOConfig, *,
                        max_new_tokens: int, eos_id: int | None, pad_id: int = 0,
-                       temperature: float = 1.0, top_p: float = 1.0
-                       ) -> Callable[[int, int, Any], dict[str, Array]]:
+                       temperature: float = 1.0, top_p: float = 1.0,
+                       stateful_reward: bool = False) -> Callable[..., Any]:
   """The on-policy `batch_fn(seed, step, params)` of GRPO for `train(..., on_policy=True)`.
 
       prompts, lengths, cases = prompt_fn(seed, step)              (B prompts)
@@ -245,6 +245,12 @@ def make_grpo_batch_fn(model: Transformer, ref_params: Any | None,
   (what `grpo.make_loss_fn` reads, see `grpo.check_batch`) plus "rewards" and "lengths"
   (B*G,) for logging. The loop's `config.batch_size` must be B*G.
 
+  A reward with running statistics (AdaThink's EMA threshold and expected lengths)
+  takes and returns them explicitly: with `stateful_reward=True`, reward_fn is
+  `(rollout, cases, state) -> (rewards, state)` and the batch function is
+  `batch_fn(seed, step, params, state) -> (batch, state)`, the carrying form of
+  `train(..., on_policy=True, carry=initial_state)`, which checkpoints the state.
+
   Args:
     model: the `Transformer` (static).
     ref_params: the frozen reference parameters, or None when config.kl_coef == 0 (then
@@ -253,14 +259,16 @@ def make_grpo_batch_fn(model: Transformer, ref_params: Any | None,
       cases)`, a pure function; `cases` is anything reward_fn reads (e.g. the answers).
     reward_fn: `(rollout, cases) -> (B*G,)` rewards (host code is fine: it runs outside
       jit); row i*G + g is completion g of prompt i; `rollout.completions()` gives the
-      token ids.
+      token ids. With `stateful_reward`, `(rollout, cases, state) -> (rewards, state)`.
     config: the `GRPOConfig` (its group_size is G; its temperature-free loss settings
       are the loss function's business).
     max_new_tokens, eos_id, pad_id, temperature, top_p: the sampler's settings (see
       `rollout`); pass the same temperature to `make_loss_fn`.
+    stateful_reward: whether reward_fn takes and returns a state (see above).
 
   Returns:
-    `batch_fn(seed, step, params) -> dict` of jax arrays with leading size B*G.
+    `batch_fn(seed, step, params) -> dict` of jax arrays with leading size B*G; with
+    `stateful_reward`, `batch_fn(seed, step, params, state) -> (dict, state)`.
 
   Example:
     >>> batch_fn = make_grpo_batch_fn(model, params0, prompt_fn, reward_fn,
@@ -279,21 +287,31 @@ def make_grpo_batch_fn(model: Transformer, ref_params: Any | None,
   checks.scalar("temperature", temperature)
   group_size = config.group_size
 
-  def batch_fn(seed: int, step: int, params: Any) -> dict[str, Array]:
+  def batch_fn(seed: int, step: int, params: Any, *carry: Any) -> Any:
     prompts, prompt_lengths, cases = prompt_fn(seed, step)
     r = rollout(model, params, prompts, prompt_lengths, rollout_key(seed, step),
                 group_size=group_size, max_new_tokens=max_new_tokens,
                 temperature=temperature, top_p=top_p, eos_id=eos_id, pad_id=pad_id)
-    rewards = jnp.asarray(reward_fn(r, cases), jnp.float32)
+    if len(carry) != int(stateful_reward):
+      raise TypeError(f"batch_fn takes {3 + int(stateful_reward)} arguments with "
+                      f"stateful_reward={stateful_reward}, got {3 + len(carry)}")
+    rewards, state = reward_fn(r, cases, *carry), None
+    if stateful_reward:
+      if not (isinstance(rewards, tuple) and len(rewards) == 2):
+        raise TypeError("with stateful_reward=True, reward_fn must return (rewards, state), "
+                        f"got {type(rewards).__name__}")
+      rewards, state = rewards
+    rewards = jnp.asarray(rewards, jnp.float32)
     if rewards.shape != r.lengths.shape:
       raise ValueError(f"reward_fn returned shape {rewards.shape}; expected "
                        f"{r.lengths.shape} (one reward per completion, B*G)")
     checks.check_finite("reward_fn's rewards", rewards)
     ref_logp = r.old_logp if ref_params is None else reference_logprobs(
         model, ref_params, r, temperature)
-    return {"tokens": r.tokens, "left_pad": r.left_pad, "mask": r.mask,
-            "old_logp": r.old_logp, "ref_logp": ref_logp,
-            "advantages": group_advantages(rewards, group_size, config.adv_eps),
-            "rewards": rewards, "lengths": r.lengths}
+    batch = {"tokens": r.tokens, "left_pad": r.left_pad, "mask": r.mask,
+             "old_logp": r.old_logp, "ref_logp": ref_logp,
+             "advantages": group_advantages(rewards, group_size, config.adv_eps),
+             "rewards": rewards, "lengths": r.lengths}
+    return (batch, state) if stateful_reward else batch
 
   return batch_fn

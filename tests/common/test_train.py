@@ -607,3 +607,65 @@ def test_optimizer_fingerprint_sees_hyperparameters_not_mutable_state():
 
 if __name__ == "__main__":
   _train_and_save(sys.argv[1], sys.argv[2])
+
+
+# ----------------------------------------------------------------------------- carry
+
+
+class Stats(NamedTuple):
+  """A batch function's running statistics: an EMA of the targets' mean and a count."""
+  ema: jax.Array
+  count: jax.Array
+
+
+STATS0 = Stats(jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32))
+
+
+def carrying_batches(seed, step, stats):
+  """Targets shifted by the running EMA, so the batches depend on the whole history."""
+  batch = batch_fn(seed, step)
+  y = np.asarray(batch["y"]) + float(stats.ema)
+  ema = 0.9 * stats.ema + 0.1 * jnp.mean(y)
+  return {**batch, "y": y}, Stats(ema.astype(jnp.float32), stats.count + 1)
+
+
+def run_carry(workdir, *, batches=carrying_batches, carry=STATS0, **overrides):
+  return train(init_fn=init_fn, loss_fn=loss_fn, batch_fn=batches, optimizer=OPTIMIZER,
+               config=make_config(**overrides), workdir=workdir, carry=carry)
+
+
+def test_carry_is_threaded_checkpointed_and_resumed_bitwise(tmp_path):
+  want = run_carry(tmp_path / "whole")
+  assert int(want.state.carry.count) == NUM_STEPS
+  # The carry's batches are not the carry-free ones: the EMA really shifts the targets.
+  assert float(want.state.carry.ema) != 0.0
+
+  def interrupted(seed, step, stats):
+    if step == 7:
+      raise KeyboardInterrupt
+    return carrying_batches(seed, step, stats)
+
+  with pytest.raises(KeyboardInterrupt):
+    run_carry(tmp_path / "killed", batches=interrupted)
+  restored = checkpoint.restore(
+      checkpoint.make_manager(tmp_path / "killed" / "checkpoints", keep=2), 7,
+      jax.eval_shape(lambda: want.state))
+  assert int(restored.carry.count) == 7  # The carry the batch of update 7 is made from.
+  resumed = run_carry(tmp_path / "killed")
+  chex.assert_trees_all_equal(resumed.state, want.state)
+
+
+def test_carry_mismatches_are_one_line_errors(tmp_path):
+  run_carry(tmp_path / "a", num_steps=2)
+  with pytest.raises(ValueError, match=r"carry tree: carry\.ema float32\[\] -> float32\[2\]"):
+    run_carry(tmp_path / "a", carry=Stats(jnp.zeros(2, jnp.float32), STATS0.count))
+  run(tmp_path / "b", num_steps=2)
+  with pytest.raises(ValueError, match="different training run"):
+    run_carry(tmp_path / "b", num_steps=4)  # A carry-free run's checkpoints.
+  with pytest.raises(TypeError, match=r"must return \(batch, carry\)"):
+    run_carry(tmp_path / "c", batches=lambda seed, step, stats: batch_fn(seed, step))
+  with pytest.raises(ValueError, match="carry of another structure"):
+    run_carry(tmp_path / "d", batches=lambda seed, step, stats: (batch_fn(seed, step),
+                                                                   (stats.ema,)))
+  with pytest.raises(TypeError, match=r"carry\.ema must be an array or number, got str"):
+    run_carry(tmp_path / "e", carry=Stats("x", 0))
