@@ -106,9 +106,9 @@ def sft(setup: Setup, config, workdir: str) -> Any:
   base = setup.base_params
   result = train_lib.train(
       init_fn=lambda key: base, loss_fn=training.sft_loss_fn(_apply(setup.model)),
-      batch_fn=lambda seed, step: training.sft_batch(task, seed, step,
-                                                     config.sft.train.batch_size, width,
-                                                     setup.codec),
+      batch_fn=lambda seed, step: training.sft_batch(
+          task, seed, step, config.sft.train.batch_size, width, setup.codec,
+          config.sft.answer_only_fraction),
       optimizer=lm_lib.make_optimizer(config.sft), config=config.sft.train,
       workdir=os.path.join(workdir, "runs", _fp(config, "lm", "data", "sft", "paper"), "sft"))
   return result.state.params

@@ -35,6 +35,7 @@ from common.models import logprobs as lm_logprobs
 from common.models import sampling as lm_sampling
 from common.models import transformer as lm_tfm
 from methods import adathink
+from methods.adathink import training as adathink_training
 from methods import cgfm
 from methods import divin
 from methods import flow_matching as fm
@@ -526,6 +527,17 @@ ROWS_SAMPLERS_GRAPHS = [
 
 # --- Reinforcement learning: GRPO (common/rl) and the AdaThink rewards.
 
+_ADATHINK_TASK = adathink.make_task(0, cases_per_k=4, max_k=2)
+
+
+def _rl_carry_train(carry, batch_fn=None):
+  config = train_lib.default_train_config(num_steps=1, batch_size=4, progress_bar=False)
+  return train_lib.train(
+      init_fn=lambda key: {"w": jnp.zeros(3)},
+      loss_fn=lambda params, batch, key: (jnp.sum(params["w"] ** 2), {}),
+      batch_fn=batch_fn or (lambda seed, step, c: ({"x": np.zeros((4, 3))}, c)),
+      optimizer=optax.sgd(0.1), config=config, workdir=tempfile.mkdtemp(), carry=carry)
+
 ROWS_RL = [
     Case("grpo/group_size_one", lambda: rl.GRPOConfig(group_size=1), ValueError,
          r"GRPOConfig.group_size must be an int >= 2, got 1"),
@@ -543,6 +555,19 @@ ROWS_RL = [
          r"rewards has 6 entries, not a multiple of group_size 4"),
     Case("adathink/unknown_reward", lambda: adathink.get_reward("nope"), ValueError,
          r"unknown reward 'nope'; expected one of"),
+    Case("adathink/reward_fn_group_of_one",
+         lambda: adathink_training.make_reward_fn("adathink", 1), ValueError,
+         r"group_size must be an int >= 2, got 1"),
+    Case("adathink/sft_answer_only_fraction_above_one",
+         lambda: adathink_training.sft_batch(_ADATHINK_TASK, 0, 0, 4, 64,
+                                             answer_only_fraction=1.5), ValueError,
+         r"answer_only_fraction must be .*1.5"),
+    Case("train/carry_leaf_not_an_array",
+         lambda: _rl_carry_train({"ema": "x"}), TypeError,
+         r"carry\['ema'\] must be an array or number, got str"),
+    Case("train/carry_batch_fn_returns_no_pair",
+         lambda: _rl_carry_train({"ema": 0.0}, lambda seed, step, c: {"x": np.zeros((4, 3))}),
+         TypeError, r"must return \(batch, carry\) when train\(..., carry=\) is given"),
 ]
 
 

@@ -100,31 +100,36 @@ def _aligned(completion: Array, width: int) -> Array:
 
 
 @functools.partial(jax.jit, static_argnames=("model", "group_size", "max_new_tokens",
-                                             "temperature", "top_p", "eos_id", "pad_id"))
+                                             "temperature", "top_p", "eos_id", "pad_id",
+                                             "rescore"))
 def _rollout(model: Transformer, params: Any, prompts: Array, prompt_lengths: Array,
              key: Array, *, group_size: int, max_new_tokens: int, temperature: float,
-             top_p: float, eos_id: int | None, pad_id: int) -> Rollout:
+             top_p: float, eos_id: int | None, pad_id: int, rescore: bool) -> Rollout:
   width = prompts.shape[1]
   prompts = jnp.repeat(prompts.astype(jnp.int32), group_size, axis=0)
   lengths = jnp.repeat(prompt_lengths.astype(jnp.int32), group_size)
   g = sampling.generate(model, params, prompts, key, max_new_tokens=max_new_tokens,
                         temperature=temperature, top_p=top_p, prompt_lengths=lengths,
                         eos_id=eos_id, pad_id=pad_id, return_info=True)
-  stats = lm_logprobs.sequence_token_stats(model, params, g.tokens, g.left_pad,
-                                           temperature=temperature)
   completion_mask = g.completion_mask
   mask = _aligned(completion_mask, width)
+  sampler_logp = _aligned(g.logprobs, width)
+  if rescore:
+    stats = lm_logprobs.sequence_token_stats(model, params, g.tokens, g.left_pad,
+                                             temperature=temperature)
+    logp, entropies = stats.logprobs, stats.entropies
+  else:  # temperature 1: the sampler's own log-probs and entropies are the same numbers.
+    logp, entropies = sampler_logp, _aligned(g.entropies, width)
   return Rollout(tokens=g.tokens, left_pad=g.left_pad, prompt_lengths=g.prompt_lengths,
                  lengths=g.lengths, completion_mask=completion_mask,
-                 mask=mask.astype(jnp.float32),
-                 old_logp=jnp.where(mask, stats.logprobs, 0.0),
-                 sampler_logp=_aligned(g.logprobs, width),
-                 entropies=jnp.where(mask, stats.entropies, 0.0))
+                 mask=mask.astype(jnp.float32), old_logp=jnp.where(mask, logp, 0.0),
+                 sampler_logp=sampler_logp, entropies=jnp.where(mask, entropies, 0.0))
 
 
 def rollout(model: Transformer, params: Any, prompts: Array, prompt_lengths: Array,
             key: Array, *, group_size: int, max_new_tokens: int, temperature: float = 1.0,
-            top_p: float = 1.0, eos_id: int | None, pad_id: int = 0) -> Rollout:
+            top_p: float = 1.0, eos_id: int | None, pad_id: int = 0,
+            rescore: bool = True) -> Rollout:
   """Samples `group_size` completions of every prompt and scores them in one forward pass.
 
       x_{i,g} = [q_i ; o_{i,g}],  o_{i,g} ~ top_p(softmax(z / temperature)),  row i*G + g
@@ -148,6 +153,11 @@ def rollout(model: Transformer, params: Any, prompts: Array, prompt_lengths: Arr
     top_p: in (0, 1], nucleus sampling.
     eos_id: the end token (a row stops after it), or None (always N tokens).
     pad_id: the id of padding slots and of slots after a row's end.
+    rescore: recompute old_logp and the entropies in one full forward pass (default).
+      With False (temperature 1 only) they are the sampler's own, computed from the
+      same logits during decoding (equal up to float rounding, about 2e-5), which saves
+      that forward pass; the KV cache is then the only source of the old policy's
+      numbers, as in TRL's single-update GRPO.
 
   Returns:
     A `Rollout` of B*G rows.
@@ -180,10 +190,13 @@ def rollout(model: Transformer, params: Any, prompts: Array, prompt_lengths: Arr
   if eos_id is not None:
     sampling.check_id("eos_id", eos_id, vocab)
   sampling.check_id("pad_id", pad_id, vocab)
+  if not rescore and float(temperature) != 1.0:
+    raise ValueError(f"rescore=False needs temperature 1 (the sampler's log-probs are at "
+                     f"temperature 1), got temperature={temperature!r}")
   return _rollout(model, params, prompts, prompt_lengths, key, group_size=int(group_size),
                   max_new_tokens=int(max_new_tokens), temperature=float(temperature),
                   top_p=float(top_p), eos_id=None if eos_id is None else int(eos_id),
-                  pad_id=int(pad_id))
+                  pad_id=int(pad_id), rescore=bool(rescore))
 
 
 @functools.partial(jax.jit, static_argnames=("model", "temperature"))
@@ -232,7 +245,8 @@ def make_grpo_batch_fn(model: Transformer, ref_params: Any | None,
                        reward_fn: Callable[[Rollout, Any], Any], config: GRPOConfig, *,
                        max_new_tokens: int, eos_id: int | None, pad_id: int = 0,
                        temperature: float = 1.0, top_p: float = 1.0,
-                       stateful_reward: bool = False) -> Callable[..., Any]:
+                       stateful_reward: bool = False, rescore: bool = True
+                       ) -> Callable[..., Any]:
   """The on-policy `batch_fn(seed, step, params)` of GRPO for `train(..., on_policy=True)`.
 
       prompts, lengths, cases = prompt_fn(seed, step)              (B prompts)
@@ -265,6 +279,7 @@ def make_grpo_batch_fn(model: Transformer, ref_params: Any | None,
     max_new_tokens, eos_id, pad_id, temperature, top_p: the sampler's settings (see
       `rollout`); pass the same temperature to `make_loss_fn`.
     stateful_reward: whether reward_fn takes and returns a state (see above).
+    rescore: see `rollout` (False: no rescoring forward pass; temperature 1 only).
 
   Returns:
     `batch_fn(seed, step, params) -> dict` of jax arrays with leading size B*G; with
@@ -291,7 +306,8 @@ def make_grpo_batch_fn(model: Transformer, ref_params: Any | None,
     prompts, prompt_lengths, cases = prompt_fn(seed, step)
     r = rollout(model, params, prompts, prompt_lengths, rollout_key(seed, step),
                 group_size=group_size, max_new_tokens=max_new_tokens,
-                temperature=temperature, top_p=top_p, eos_id=eos_id, pad_id=pad_id)
+                temperature=temperature, top_p=top_p, eos_id=eos_id, pad_id=pad_id,
+                rescore=rescore)
     if len(carry) != int(stateful_reward):
       raise TypeError(f"batch_fn takes {3 + int(stateful_reward)} arguments with "
                       f"stateful_reward={stateful_reward}, got {3 + len(carry)}")

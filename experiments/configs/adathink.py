@@ -46,21 +46,26 @@ BASE = dict(
     lm=lm_lib.get_config("quick"),
     lm_workdir="",
     # The generated diagnosis task (methods/adathink/data.py).
-    data=dict(seed=0, num_findings=8, num_conditions=24, num_modifiers=4, num_diagnoses=8,
+    data=dict(seed=0, num_findings=8, num_conditions=16, num_modifiers=3, num_diagnoses=8,
               max_k=6, cases_per_k=128, holdout=0.25),
-    # SFT warm-up on full chains (AdamW, warmup + cosine, as common.lm).
+    # SFT warm-up on full chains (AdamW, warmup + cosine, as common.lm). A fraction
+    # `answer_only_fraction` of rows has an empty think block instead: the issue's
+    # warm-up is all full chains (0.0), but a 0.9M-parameter byte model trained so
+    # never samples an empty think block (p ~ 4e-6 per rollout), so GRPO could not
+    # find one; see docs/adathink.md.
     sft=dict(learning_rate=2e-3, warmup_steps=50, weight_decay=0.01, grad_clip=1.0,
-             train=train_lib.default_train_config(num_steps=1500, batch_size=64,
-                                                  checkpoint_every=500, log_every=100,
+             answer_only_fraction=0.1,
+             train=train_lib.default_train_config(num_steps=600, batch_size=32,
+                                                  checkpoint_every=200, log_every=100,
                                                   progress_bar=False)),
     # GRPO (common/rl): G rollouts of `prompts_per_step` prompts per update.
-    grpo=dict(group_size=8, prompts_per_step=8, max_new_tokens=96, temperature=1.0,
+    grpo=dict(group_size=8, prompts_per_step=8, max_new_tokens=112, temperature=1.0,
               top_p=0.99, clip_low=0.2, clip_high=0.28, dual_clip=3.0, kl_coef=1e-2,
-              learning_rate=1e-4, grad_clip=1.0,
+              learning_rate=2e-4, grad_clip=1.0,
               train=train_lib.default_train_config(batch_size=64, checkpoint_every=50,
                                                    log_every=10, progress_bar=False)),
-    stage1_steps=150,
-    stage2_steps=150,
+    stage1_steps=50,
+    stage2_steps=60,
     # Stage-2 rows. "vanilla" continues stage 1 for as many steps (the reference row).
     variants=("vanilla", "adathink", "adathink_fixed_theta", "adathink_seq_mean",
               "uniform_length", "uniform_length_strong", "lcpo", "shorter_better"),
@@ -71,7 +76,7 @@ BASE = dict(
         adathink_seq_mean=_variant("adathink", "seq-mean-token-mean", **ADATHINK_HPARAMS),
         uniform_length=_variant("uniform_length", format_weight=0.5, length_weight=0.5),
         uniform_length_strong=_variant("uniform_length", format_weight=0.5, length_weight=1.5),
-        lcpo=_variant("lcpo", format_weight=0.5, length_weight=0.5, target_length=40),
+        lcpo=_variant("lcpo", format_weight=0.5, length_weight=0.5, target_length=48),
         shorter_better=_variant("shorter_better", format_weight=0.5, length_weight=0.5),
     ),
     # Evaluation: greedy decoding of the held-out cases.
@@ -128,6 +133,7 @@ def validate(config) -> None:
               "grpo.group_size"):
     c.positive_int(config, key, minimum=2)
   c.in_interval(config, "data.holdout", 0.0, 1.0)
+  c.in_interval(config, "sft.answer_only_fraction", 0.0, 1.0, closed="both")
   for key in ("sft.learning_rate", "sft.grad_clip", "grpo.learning_rate", "grpo.grad_clip",
               "grpo.temperature", "min_token_reduction", "min_empty_think_gap"):
     c.positive(config, key)

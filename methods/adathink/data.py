@@ -15,7 +15,7 @@ Text format (plain ASCII, so ``common.data.tokenizers.ByteTokenizer`` encodes it
 byte and an HF tokenizer works on the same strings)::
 
     prompt:  "f3 m1 m0 m2\\n"
-    target:  "<think>f3 -> c5 -> c2 -> c9</think><answer>d4</answer>"
+    target:  "<think>f3 -m1-> c5 -m0-> c2 -m2-> c9</think><answer>d4</answer>"
 
 The SFT target thinks the full chain for every k (the start node first, so even k = 0
 writes "<think>f3</think>"); answer-only is "<think></think><answer>d4</answer>".
@@ -150,9 +150,11 @@ def make_case(kb: KnowledgeBase, start: int, modifiers: Sequence[int]) -> Case:
 
 
 def sft_target(kb: KnowledgeBase, case: Case) -> str:
-  """"<think>x_0 -> x_1 -> ... -> x_k</think><answer>d</answer>": the full chain."""
-  think = " -> ".join(node_name(kb, x) for x in (case.start,) + case.chain)
-  return f"<think>{think}</think><answer>{case.answer_text}</answer>"
+  """"<think>x_0 -m_1-> x_1 ... -m_k-> x_k</think><answer>d</answer>": the full chain,
+  each intermediate conclusion with the finding that licenses it (so every step is a
+  fact seen in training, and held-out chains compose)."""
+  steps = "".join(f" -m{m}-> {node_name(kb, x)}" for m, x in zip(case.modifiers, case.chain))
+  return f"<think>{node_name(kb, case.start)}{steps}</think><answer>{case.answer_text}</answer>"
 
 
 def answer_only(case: Case) -> str:

@@ -96,9 +96,12 @@ def _balanced_choice(cases: Sequence[Any], count: int, rng: np.random.Generator)
 
 
 def sft_batch(task: data.Task, seed: int, step: int, batch_size: int, width: int,
-              codec: Codec = BYTES) -> dict[str, np.ndarray]:
-  """SFT rows [prompt ; sft_target ; eos], right-padded to ``width``, a pure function
-  of (seed, step).
+              codec: Codec = BYTES, answer_only_fraction: float = 0.0
+              ) -> dict[str, np.ndarray]:
+  """SFT rows [prompt ; target ; eos], right-padded to ``width``, a pure function of
+  (seed, step). The target is the full chain (``data.sft_target``), or, for a random
+  fraction ``answer_only_fraction`` of rows, the answer-only response (an empty think
+  block), which seeds the exploration GRPO needs to ever sample one.
 
   Returns:
     {"tokens": (B, width) int32, "mask": (B, width - 1) float32}; mask[b, t] = 1 iff
@@ -110,9 +113,13 @@ def sft_batch(task: data.Task, seed: int, step: int, batch_size: int, width: int
   rng = np.random.default_rng([seed, step, 0x5F7])
   tokens = np.full((batch_size, width), codec.pad_id, np.int32)
   mask = np.zeros((batch_size, width - 1), np.float32)
-  for b, case in enumerate(_balanced_choice(task.train, batch_size, rng)):
+  checks.scalar("answer_only_fraction", answer_only_fraction, low=0.0, high=1.0, strict=False)
+  cases = _balanced_choice(task.train, batch_size, rng)
+  short = rng.random(batch_size) < answer_only_fraction
+  for b, case in enumerate(cases):
     prompt = codec.encode(prompt_text(case))
-    response = codec.encode(data.sft_target(task.kb, case)) + [codec.eos_id]
+    target = data.answer_only(case) if short[b] else data.sft_target(task.kb, case)
+    response = codec.encode(target) + [codec.eos_id]
     row = prompt + response
     if len(row) > width:
       raise ValueError(f"an SFT row has {len(row)} tokens; width={width} is too short")

@@ -161,6 +161,21 @@ def test_rollout_log_probs_equal_an_unpadded_forward_pass(temperature):
   np.testing.assert_array_equal(np.asarray(ref), old)  # Same params: same forward pass.
 
 
+def test_rollout_without_rescoring_uses_the_samplers_numbers():
+  params = init_fn(jax.random.PRNGKey(5))
+  prompts, lengths, _ = prompt_fn(3, 0)
+  kw = dict(group_size=G, max_new_tokens=N, eos_id=EOS)
+  full = ro.rollout(MODEL, params, prompts, lengths, jax.random.PRNGKey(1), **kw)
+  fast = ro.rollout(MODEL, params, prompts, lengths, jax.random.PRNGKey(1), rescore=False, **kw)
+  np.testing.assert_array_equal(fast.tokens, full.tokens)
+  np.testing.assert_array_equal(fast.old_logp, fast.sampler_logp * fast.mask)
+  np.testing.assert_allclose(fast.old_logp, full.old_logp, atol=2e-5)
+  np.testing.assert_allclose(fast.entropies, full.entropies, atol=2e-5)
+  with pytest.raises(ValueError, match="rescore=False needs temperature 1"):
+    ro.rollout(MODEL, params, prompts, lengths, jax.random.PRNGKey(1), rescore=False,
+               temperature=0.7, **kw)
+
+
 def test_bad_input_is_one_line_and_early():
   with pytest.raises(ValueError, match="ref_params is None but config.kl_coef"):
     ro.make_grpo_batch_fn(MODEL, None, prompt_fn, reward_fn, CONFIG, max_new_tokens=N,

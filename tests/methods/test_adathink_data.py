@@ -30,8 +30,9 @@ def test_answers_follow_the_knowledge_base(task):
   for case in task.train + task.test:
     names, answer = _walk(task.kb, case.prompt)
     assert case.answer_text == answer
+    steps = "".join(f" -{m}-> {n}" for m, n in zip(case.prompt.split()[1:], names[1:]))
     assert data.sft_target(task.kb, case) == (
-        f"<think>{' -> '.join(names)}</think><answer>{answer}</answer>")
+        f"<think>{names[0]}{steps}</think><answer>{answer}</answer>")
     assert len(case.chain) == case.k == len(case.prompt.split()) - 1
 
 
