@@ -80,9 +80,7 @@ PRESETS = {
 }
 
 # Train-loop keys that do not change the trained weights.
-_NOT_WEIGHTS = tuple(f"train.{k}" for k in ("checkpoint_every", "keep_checkpoints", "log_every",
-                                            "progress_bar", "distributed", "nan_guard",
-                                            "mesh_shape"))
+_NOT_WEIGHTS = tuple(f"train.{k}" for k in train_lib.BOOKKEEPING_KEYS)
 STAGE = "trained_lm"
 SUBDIR = "lm"
 

@@ -412,9 +412,12 @@ def _first_non_finite(metrics: Mapping[str, Any], state_finite: Any):
   return None
 
 
+# Loop keys that never change what a run computes (logging, checkpointing, devices):
+# experiments leave them out of the fingerprints that key their runs.
+BOOKKEEPING_KEYS = ("log_every", "checkpoint_every", "keep_checkpoints", "progress_bar",
+                    "distributed", "nan_guard", "mesh_shape")
 # Keys that do not change the trained values: they may differ on resume.
-_NOT_RESULT_KEYS = ("num_steps", "log_every", "checkpoint_every", "keep_checkpoints",
-                    "progress_bar", "distributed", "nan_guard", "mesh_shape")
+_NOT_RESULT_KEYS = ("num_steps", *BOOKKEEPING_KEYS)
 _SMALL_ARRAY = 64  # Arrays an optimizer closes over up to this size count by value.
 
 

@@ -51,7 +51,9 @@ class Setup(NamedTuple):
 
 
 def _fp(config, *keys: str) -> str:
-  return trials.config_fingerprint({k: config[k] for k in keys})
+  """The fingerprint of these top-level keys, without the loops' bookkeeping keys."""
+  loops = [f"{k}.train.{b}" for k in ("lm", "sft", "grpo") for b in train_lib.BOOKKEEPING_KEYS]
+  return trials.config_fingerprint({k: config[k] for k in keys}, exclude=loops)
 
 
 def _hf_model(path: str) -> tuple[Transformer, Any, training.Codec]:
