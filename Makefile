@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+BENCH_VENV := .venv-bench
+BENCH_PY := $(BENCH_VENV)/bin/python
 # Test workers (pytest-xdist; a file's tests stay on one worker, so module fixtures are built once).
 TEST_WORKERS ?= 2
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
@@ -26,11 +28,14 @@ test: install
 test-lower-bounds:
 	PYTHON=$(PYTHON) bash .ci/lower_bounds
 
-bench: install
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps 'torchcfm==1.0.7'
+# The peers get their own venv: the bench extra pins versions (google-tunix resolves
+# transformers to 5.12.1) that must not change what `make test` runs against.
+bench:
+	test -x $(BENCH_PY) || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_PY) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+	$(BENCH_PY) -m pip install --quiet --disable-pip-version-check --no-deps 'torchcfm==1.0.7'
 	for m in experiments/benchmarks/[a-z]*.py; do \
-	  $(PY) -m experiments.benchmarks.$$(basename $$m .py) || exit 1; done
+	  $(BENCH_PY) -m experiments.benchmarks.$$(basename $$m .py) || exit 1; done
 
 clean:
-	rm -rf $(VENV) results/REPORT.md results/*.png
+	rm -rf $(VENV) $(BENCH_VENV) results/REPORT.md results/*.png
