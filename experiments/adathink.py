@@ -25,11 +25,11 @@ import jax
 import numpy as np
 import optax
 
+from common import llm
 from common import lm as lm_lib
 from common import report
 from common import train as train_lib
 from common import trials
-from common.models import hf
 from common.models.transformer import Transformer
 from common.rl import grpo as grpo_lib
 from common.rl import rollout as rollout_lib
@@ -57,18 +57,8 @@ def _fp(config, *keys: str) -> str:
 
 
 def _hf_model(path: str) -> tuple[Transformer, Any, training.Codec]:
-  checkpoint = hf.load_hf_checkpoint(path)
-  tokenizer = checkpoint.tokenizer
-  if tokenizer is None:
-    raise FileNotFoundError(f"{path}: no tokenizer.json beside the weights; the paper preset "
-                            "encodes prompts with the checkpoint's own tokenizer")
-  eos = next((tokenizer.token_to_id(t) for t in ("<|im_end|>", "<|endoftext|>", "</s>",
-                                                  "<|end_of_text|>")
-              if tokenizer.token_to_id(t) is not None), None)
-  if eos is None:
-    raise ValueError(f"{path}: tokenizer.json has none of the end tokens <|im_end|>, "
-                     "<|endoftext|>, </s>, <|end_of_text|>")
-  return Transformer(checkpoint.config), checkpoint.params, training.Codec(tokenizer, eos, eos)
+  model, params, tokenizer, eos = llm.load_checkpoint(path)
+  return model, params, training.Codec(tokenizer, eos, eos)
 
 
 def make_setup(config, workdir: str) -> Setup:
