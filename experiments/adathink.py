@@ -190,7 +190,7 @@ def _hard_accuracy_at(evals: dict, config, reduction: float) -> tuple[float, str
 
 
 def _tokens(ev: dict) -> float:
-  return float(np.mean(ev["tokens"]))
+  return ev["summary"]["all"]["tokens"]
 
 
 def claims(evals: dict, config) -> list[report.Claim]:

@@ -7,7 +7,9 @@
 
 from common.llm.base import (CHAT_TEMPLATES, ChatMessage, TextModel, apply_stop,
                              check_request, format_chat)
-from common.llm.local import LocalTextModel, end_token_id, load_checkpoint
+from common.llm.local import (LocalTextModel, end_token_id, generate_in_batches,
+                              load_checkpoint)
 
 __all__ = ["CHAT_TEMPLATES", "ChatMessage", "LocalTextModel", "TextModel", "apply_stop",
-           "check_request", "end_token_id", "format_chat", "load_checkpoint"]
+           "check_request", "end_token_id", "format_chat", "generate_in_batches",
+           "load_checkpoint"]

@@ -60,6 +60,33 @@ def _generate(model, params, prompts, lengths, key, *, max_new_tokens, temperatu
   return g.tokens[:, prompts.shape[1]:], g.lengths
 
 
+def generate_in_batches(model: Transformer, params: Any, encoded: Sequence[Sequence[int]], *,
+                        batch_size: int, width: int, max_new_tokens: int, key: jax.Array,
+                        temperature: float = 0.0, top_p: float = 1.0,
+                        eos_id: int | None = None, pad_id: int = 0) -> list[list[int]]:
+  """The completion ids (the end token included) of every prompt, decoded `batch_size`
+  prompts at a time, left-padded to `width`; the last batch is padded with repeats, so
+  one compiled program serves every batch. Batch `i * batch_size` samples with
+  fold_in(key, i * batch_size).
+
+  Example:
+    >>> ids = generate_in_batches(model, params, [[72, 105]], batch_size=8, width=16,
+    ...                           max_new_tokens=8, key=jax.random.PRNGKey(0))
+  """
+  out_ids = []
+  for start in range(0, len(encoded), batch_size):
+    chunk = [list(ids) for ids in encoded[start:start + batch_size]]
+    rows = chunk + [chunk[-1]] * (batch_size - len(chunk))
+    prompts, lengths = sampling.pad_prompts(rows, pad_id, width)
+    out, n = jax.device_get(_generate(
+        model, params, prompts, lengths, jax.random.fold_in(key, start),
+        max_new_tokens=max_new_tokens, temperature=float(temperature), top_p=float(top_p),
+        eos_id=eos_id, pad_id=pad_id))
+    out_ids += [[int(t) for t in row[:length]] for row, length in zip(out[:len(chunk)],
+                                                                     n[:len(chunk)])]
+  return out_ids
+
+
 class LocalTextModel:
   """A `TextModel` over a `Transformer` and its tokenizer.
 
@@ -124,26 +151,15 @@ class LocalTextModel:
     encoded = self._encode(prompts, max_tokens)
     key = jax.random.fold_in(self._key, self._calls)
     self._calls += 1
-    texts = []
-    for start in range(0, len(encoded), self.batch_size):
-      chunk = encoded[start:start + self.batch_size]
-      texts += self._decode_chunk(chunk, max_tokens, float(temperature), float(top_p),
-                                  jax.random.fold_in(key, start))
-    return [base.apply_stop(t, stop) for t in texts]
-
-  def _decode_chunk(self, chunk: list[list[int]], max_tokens: int, temperature: float,
-                    top_p: float, key: jax.Array) -> list[str]:
-    rows = chunk + [chunk[-1]] * (self.batch_size - len(chunk))
-    longest = max(len(ids) for ids in rows)
+    longest = max(len(ids) for ids in encoded)
     width = min(-(-longest // self.bucket) * self.bucket, self.context - max_tokens)
-    prompts, lengths = sampling.pad_prompts(rows, self.pad_id, width)
-    out, n = jax.device_get(_generate(
-        self.model, self.params, prompts, lengths, key, max_new_tokens=max_tokens,
-        temperature=temperature, top_p=top_p, eos_id=self.eos_id, pad_id=self.pad_id))
+    completions = generate_in_batches(
+        self.model, self.params, encoded, batch_size=self.batch_size, width=width,
+        max_new_tokens=max_tokens, key=key, temperature=temperature, top_p=top_p,
+        eos_id=self.eos_id, pad_id=self.pad_id)
     texts = []
-    for row, length in list(zip(out, n))[:len(chunk)]:
-      ids = [int(t) for t in row[:length]]
+    for ids in completions:
       if ids and self.eos_id is not None and ids[-1] == self.eos_id:
         ids = ids[:-1]
       texts.append(self.tokenizer.decode(np.asarray(ids, np.int64)))
-    return texts
+    return [base.apply_stop(t, stop) for t in texts]

@@ -21,7 +21,6 @@ an HF checkpoint's: its tokenizer.json and end token):
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -30,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from common import checks
+from common import llm
 from common.data.tokenizers import ByteTokenizer
 from common.models import logprobs
 from common.models import sampling
@@ -235,15 +235,6 @@ class Evaluation(NamedTuple):
     return self.think_chars == 0
 
 
-@functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "eos_id", "pad_id"))
-def _greedy(model, params, prompts, lengths, *, max_new_tokens, eos_id, pad_id):
-  g = sampling.generate(model, params, prompts, jax.random.PRNGKey(0),
-                        max_new_tokens=max_new_tokens, temperature=0.0,
-                        prompt_lengths=lengths, eos_id=eos_id, pad_id=pad_id,
-                        return_info=True)
-  return g.tokens[:, prompts.shape[1]:], g.lengths
-
-
 def evaluate(model, params, cases: Sequence[Any], *, max_new_tokens: int,
              batch_size: int, width: int, codec: Codec = BYTES) -> Evaluation:
   """Greedy responses to every case, in batches of ``batch_size`` (the last one padded
@@ -255,18 +246,12 @@ def evaluate(model, params, cases: Sequence[Any], *, max_new_tokens: int,
     >>> ev.correct.mean(), ev.tokens.mean()
   """
   checks.positive_int("batch_size", batch_size)
-  responses, counts = [], []
-  for start in range(0, len(cases), batch_size):
-    chunk = list(cases[start:start + batch_size])
-    padded = chunk + [chunk[-1]] * (batch_size - len(chunk))
-    prompts, lengths = sampling.pad_prompts([codec.encode(prompt_text(c)) for c in padded],
-                                            codec.pad_id, width)
-    out, n = jax.device_get(_greedy(model, params, prompts, lengths,
-                                    max_new_tokens=max_new_tokens, eos_id=codec.eos_id,
-                                    pad_id=codec.pad_id))
-    for row, length in list(zip(out, n))[:len(chunk)]:
-      responses.append(decode_response(row[:length], codec))
-      counts.append(int(length))
+  completions = llm.generate_in_batches(
+      model, params, [codec.encode(prompt_text(c)) for c in cases], batch_size=batch_size,
+      width=width, max_new_tokens=max_new_tokens, key=jax.random.PRNGKey(0),
+      eos_id=codec.eos_id, pad_id=codec.pad_id)
+  responses = [decode_response(ids, codec) for ids in completions]
+  counts = [len(ids) for ids in completions]
   think = [data.think_length(t) for t in responses]
   return Evaluation(
       k=np.array([case_depth(c) for c in cases]),
