@@ -139,6 +139,7 @@ class Result:
   figures: Mapping[str, float]
   plots: Sequence[str] = ()      # file names relative to the experiment's workdir
   seconds: float = float("nan")
+  notes: Sequence[str] = ()      # markdown blocks shown under the plots (e.g. a learned library)
 
   def to_json(self) -> dict:
     return {
@@ -146,6 +147,7 @@ class Result:
         "figures": {k: _json_number(v) for k, v in self.figures.items()},
         "plots": list(self.plots),
         "seconds": _json_number(self.seconds),
+        "notes": list(self.notes),
     }
 
   @classmethod
@@ -154,7 +156,8 @@ class Result:
                figures={k: (float("nan") if v is None else v)
                         for k, v in data["figures"].items()},
                plots=list(data.get("plots", ())),
-               seconds=float("nan") if data.get("seconds") is None else data["seconds"])
+               seconds=float("nan") if data.get("seconds") is None else data["seconds"],
+               notes=tuple(data.get("notes", ())))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,6 +286,8 @@ def render_report(entries: Mapping[str, tuple[Experiment, Result, str]],
       lines.append("")
     for plot in result.plots:
       lines.append(f"![{name}]({name}/{plot})")
+    for note in result.notes:
+      lines += ["", note]
     lines.append("")
     lines.append("| figure | value |")
     lines.append("|---|---|")

@@ -6,9 +6,10 @@
 The config file is executed once; its ``method`` names the registered experiment,
 whose runner (``common.report.register``) validates the config, runs it in the
 workdir and saves ``workdir/result.json`` atomically. A missing file, a bad preset,
-an unknown override key (dotted keys reach into sub-configs), an invalid value or a
-workdir that is a file or not writable stops with a one-line error (exit status 2)
-before any work.
+an unknown override key (dotted keys reach into sub-configs), an invalid value, a
+failed ``preflight`` check of the config module (I/O: an unreachable server, an
+unreadable data file) or a workdir that is a file or not writable stops with a one-line
+error (exit status 2) before any work.
 """
 
 from __future__ import annotations
@@ -104,7 +105,10 @@ def run_experiment(config, workdir: str) -> report.Result:
   registry.load_all()
   try:
     experiment = report.get(config.method)
-    registry.config_module(config.method).validate(config)
+    config_module = registry.config_module(config.method)
+    config_module.validate(config)
+    if hasattr(config_module, "preflight"):  # checks that need I/O (a server, a file)
+      config_module.preflight(config)
     trials.ensure_directory(workdir, "--workdir")
   except (config_lib.ConfigError, ValueError) as e:
     config_lib.die(e)

@@ -7,7 +7,7 @@ import pkgutil
 
 import experiments
 
-NOT_EXPERIMENTS = {"main", "reproduce", "registry", "configs", "benchmarks", "plots"}
+NOT_EXPERIMENTS = {"main", "reproduce", "registry", "configs", "benchmarks", "plots", "serve_lm"}
 
 
 def experiment_modules() -> list[str]:

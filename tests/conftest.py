@@ -42,3 +42,17 @@ def tiny_lm(tiny_lm_dir):
   from common import lm  # pylint: disable=import-outside-toplevel
 
   return lm.load_or_train(lm.get_config("tiny"), tiny_lm_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_dir(tiny_lm, tmp_path_factory):
+  """The trained tiny LM exported as a Hugging Face folder (config.json,
+  model.safetensors) with a byte-level tokenizer.json whose end token is the newline
+  (id 10): what `LocalTextModel.from_checkpoint` and `experiments.serve_lm` open."""
+  from common.data import tokenizers  # pylint: disable=import-outside-toplevel
+  from common.models import hf  # pylint: disable=import-outside-toplevel
+
+  folder = str(tmp_path_factory.mktemp("tiny_hf"))
+  hf.save_hf_checkpoint(folder, tiny_lm.params, tiny_lm.model.config)
+  tokenizers.save_byte_tokenizer(folder, end_id=10)
+  return folder

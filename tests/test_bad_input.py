@@ -22,6 +22,7 @@ import pytest
 from common import checkpoint as checkpoint_lib
 from common import config as config_lib
 from common import kernels
+from common import llm
 from common import report as report_lib
 from common import rl
 from common import sharding as sharding_lib
@@ -571,8 +572,44 @@ ROWS_RL = [
 ]
 
 
+# --- Text models: the HTTP client, spec strings, chat messages, the server's app.
+
+def _serve_lm_app(**kwargs):
+  from experiments import serve_lm  # pylint: disable=import-outside-toplevel
+  return serve_lm.make_app(object(), model_name="m", **kwargs)
+
+
+_HTTP = llm.HTTPTextModel("http://127.0.0.1:9/v1", model="m")
+
+ROWS_LLM = [
+    Case("llm/http_base_url_without_scheme", lambda: llm.HTTPTextModel("localhost:8000/v1"),
+         ValueError, r"base_url must start with http:// or https://.*got 'localhost:8000/v1'"),
+    Case("llm/http_unknown_endpoint",
+         lambda: llm.HTTPTextModel("http://127.0.0.1:9/v1", endpoint="responses"), ValueError,
+         r"endpoint must be one of \('completions', 'chat'\), got 'responses'"),
+    Case("llm/http_zero_timeout", lambda: llm.HTTPTextModel("http://127.0.0.1:9/v1", timeout=0),
+         ValueError, r"timeout must be a finite number >= 0.001, got 0"),
+    Case("llm/http_negative_retries",
+         lambda: llm.HTTPTextModel("http://127.0.0.1:9/v1", max_retries=-1), ValueError,
+         r"max_retries must be an int >= 0, got -1"),
+    Case("llm/http_stop_is_a_string",
+         lambda: _HTTP.complete(["hi"], max_tokens=2, stop="\n"), ValueError, r"stop must be"),
+    Case("llm/http_chat_unknown_role",
+         lambda: _HTTP.chat([[("robot", "hi")]], max_tokens=2), ValueError,
+         r"conversations\[0\]: messages\[0\] must be \(role in"),
+    Case("llm/spec_unknown_form", lambda: llm.text_model_from_spec("simulated"), ValueError,
+         r"text model spec 'simulated' is not recognised; expected one of http://"),
+    Case("llm/check_messages_empty", lambda: llm.check_messages([]), ValueError,
+         r"messages is empty"),
+    Case("serve_lm/unknown_chat_template", lambda: _serve_lm_app(chat_template="alpaca"),
+         ValueError, r"unknown chat template 'alpaca'"),
+    Case("serve_lm/zero_batch_size", lambda: _serve_lm_app(batch_size=0), ValueError,
+         r"batch_size must be an int >= 1, got 0"),
+]
+
+
 CASES: list[Case] = [*ROWS_RUNS, *ROWS_LOADERS, *ROWS_LM, *ROWS_REGRESSION_FLOWS,
-                      *ROWS_SAMPLERS_GRAPHS, *ROWS_RL]
+                      *ROWS_SAMPLERS_GRAPHS, *ROWS_RL, *ROWS_LLM]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

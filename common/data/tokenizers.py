@@ -88,3 +88,37 @@ class HFTokenizer:
 def load_tokenizer(path: str | os.PathLike) -> HFTokenizer:
   """Reads `path/tokenizer.json` (or the file `path`)."""
   return HFTokenizer(path)
+
+
+def save_byte_tokenizer(folder: str | os.PathLike, end_id: int = 10) -> str:
+  """Writes `folder/tokenizer.json` for the byte-level LMs trained here, so that an export
+  (`common.models.hf.save_hf_checkpoint`) is a complete Hugging Face folder that
+  `common.llm.LocalTextModel.from_checkpoint` and `experiments.serve_lm` can open.
+
+  Character U+0000..U+00FF is token id = its code point, one token per character, so
+  ASCII text encodes exactly as `ByteTokenizer`; other characters become id 0. The byte
+  LM has no spare id, so the character `end_id` (default 10, the newline, where a
+  generated line ends) is the end token "<|endoftext|>" instead: text cannot encode it
+  (it becomes id 0), and decoding it gives "<|endoftext|>".
+
+  Returns:
+    The path of the tokenizer.json.
+
+  Example:
+    >>> hf.save_hf_checkpoint(folder, trained.params, trained.model.config)
+    >>> save_byte_tokenizer(folder)
+  """
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+  if isinstance(end_id, bool) or not isinstance(end_id, int) or not 0 < end_id < 256:
+    raise ValueError(f"end_id must be an int in 1..255, got {end_id!r}")
+  vocab = {chr(i): i for i in range(256) if i != end_id}
+  vocab["<|endoftext|>"] = end_id
+  tok = Tokenizer(models.WordLevel(vocab, unk_token=chr(0)))
+  tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+  tok.decoder = decoders.Fuse()
+  path = os.path.join(os.fspath(folder), "tokenizer.json")
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tok.save(path + ".tmp")
+  os.replace(path + ".tmp", path)
+  return path

@@ -2,14 +2,19 @@
 
 `TextModel` is the protocol (`complete(prompts, max_tokens=, temperature=, stop=)`);
 `LocalTextModel` runs any checkpoint of the LM stack with the jitted cached sampler;
-`format_chat` turns chat messages into one prompt string.
+`HTTPTextModel` reaches any OpenAI-compatible server (ours: `experiments/serve_lm.py`);
+`text_model_from_spec` picks one from a string ("http://...", "hf:/path");
+`format_chat` turns chat messages into one prompt string. See docs/llm.md.
 """
 
 from common.llm.base import (CHAT_TEMPLATES, ChatMessage, TextModel, apply_stop,
-                             check_request, format_chat)
+                             check_messages, check_request, format_chat)
+from common.llm.http import HTTPTextModel, TextModelError
 from common.llm.local import (LocalTextModel, end_token_id, generate_in_batches,
                               load_checkpoint)
+from common.llm.spec import SPEC_FORMS, text_model_from_spec
 
-__all__ = ["CHAT_TEMPLATES", "ChatMessage", "LocalTextModel", "TextModel", "apply_stop",
-           "check_request", "end_token_id", "format_chat", "generate_in_batches",
-           "load_checkpoint"]
+__all__ = ["CHAT_TEMPLATES", "ChatMessage", "HTTPTextModel", "LocalTextModel", "SPEC_FORMS",
+           "TextModel", "TextModelError", "apply_stop", "check_messages", "check_request",
+           "end_token_id", "format_chat", "generate_in_batches", "load_checkpoint",
+           "text_model_from_spec"]

@@ -60,15 +60,30 @@ def format_chat(messages: Sequence[ChatMessage | tuple[str, str]], template: str
   if template not in CHAT_TEMPLATES:
     raise ValueError(f"unknown chat template {template!r}; expected one of "
                      f"{sorted(CHAT_TEMPLATES)}")
+  return CHAT_TEMPLATES[template](check_messages(messages))
+
+
+def check_messages(messages: Sequence[ChatMessage | tuple[str, str]]) -> list[ChatMessage]:
+  """The messages as `ChatMessage`s; a one-line ValueError naming the first bad one.
+
+  Example:
+    >>> check_messages([("user", "hi")])
+    [ChatMessage(role='user', content='hi')]
+  """
+  if isinstance(messages, (str, bytes)):
+    raise ValueError("messages must be a sequence of (role, content) pairs, got a string")
   checked = []
   for i, m in enumerate(messages):
-    m = ChatMessage(*m)
+    try:
+      m = ChatMessage(*m)
+    except TypeError:
+      raise ValueError(f"messages[{i}] must be a (role, content) pair, got {m!r}") from None
     if m.role not in ROLES or not isinstance(m.content, str):
       raise ValueError(f"messages[{i}] must be (role in {ROLES}, content str), got {m!r}")
     checked.append(m)
   if not checked:
     raise ValueError("messages is empty; expected at least one chat message")
-  return CHAT_TEMPLATES[template](checked)
+  return checked
 
 
 def apply_stop(text: str, stop: Sequence[str]) -> str:

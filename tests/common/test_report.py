@@ -27,6 +27,19 @@ def test_render_report_has_one_row_per_claim():
   assert "![demo](demo/p.png)" in text
 
 
+def test_notes_are_shown_under_the_plots_and_survive_json(tmp_path):
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  exp = report.Experiment("demo", "Demo method", run=lambda c, w: None)
+  result = dataclasses.replace(_result(3.0), notes=("Final library:\n\n1. `a rule`",))
+  text = report.render_report({"demo": (exp, result, "")}, "quick")
+  assert "![demo](demo/p.png)\n\nFinal library:\n\n1. `a rule`\n" in text
+  report.save_result(result, str(tmp_path))
+  assert report.load_result(str(tmp_path)) == result
+  old = json.loads((tmp_path / "result.json").read_text())
+  del old["notes"]                           # result.json files written before notes existed
+  assert report.Result.from_json(old).notes == ()
+
+
 def test_result_json_round_trip(tmp_path):
   report.save_result(_result(2.0), str(tmp_path))
   assert report.load_result(str(tmp_path)) == _result(2.0)

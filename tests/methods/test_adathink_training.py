@@ -13,7 +13,6 @@ import pytest
 from common import lm as lm_lib
 from common import train as train_lib
 from common.data.tokenizers import ByteTokenizer
-from common.models import hf
 from common.rl import grpo as grpo_lib
 from common.rl import rollout as rollout_lib
 from common.rl.rollout import Rollout
@@ -155,29 +154,19 @@ def test_stateful_batch_fn_arity_is_checked(grpo_setup):
 # --------------------------------------------------------------- the paper-scale path
 
 
-def _write_paper_inputs(tmp_path, tiny_lm):
-  """A tiny HF checkpoint with a byte-level tokenizer.json, and a MedQA JSONL file."""
-  from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-  folder = tmp_path / "hf"
-  hf.save_hf_checkpoint(folder, tiny_lm.params, tiny_lm.model.config)
-  vocab = {chr(i) if 32 <= i < 127 else f"<0x{i:02X}>": i for i in range(256)}
-  vocab["<|endoftext|>"] = 10                       # the newline id doubles as the end token
-  del vocab["<0x0A>"]
-  tok = Tokenizer(models.WordLevel(vocab, unk_token="<0x00>"))
-  tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-  tok.decoder = decoders.Fuse()
-  tok.save(str(folder / "tokenizer.json"))
+def _write_medqa(tmp_path):
+  """A MedQA-style JSONL file (the HF checkpoint comes from the `tiny_hf_dir` fixture)."""
   questions = [{"question": f"Case {i}: which?", "options": {"A": "x", "B": "y"},
                 "answer_idx": "AB"[i % 2]} for i in range(12)]
   path = tmp_path / "medqa.jsonl"
   path.write_text("\n".join(json.dumps(q) for q in questions) + "\n")
-  return str(folder), str(path)
+  return str(path)
 
 
-def test_paper_path_runs_on_a_local_hf_checkpoint_and_medqa_jsonl(tiny_lm, tmp_path):
+def test_paper_path_runs_on_a_local_hf_checkpoint_and_medqa_jsonl(tiny_hf_dir, tmp_path):
   from experiments import adathink as experiment
   from experiments.configs import adathink as configs
-  folder, medqa = _write_paper_inputs(tmp_path, tiny_lm)
+  folder, medqa = tiny_hf_dir, _write_medqa(tmp_path)
   config = configs.get_config("tiny")
   config.paper.hf_checkpoint, config.paper.medqa_path = folder, medqa
   config.variants = ("vanilla", "adathink")
