@@ -12,9 +12,9 @@ from common.llm.base import (CHAT_TEMPLATES, ChatMessage, TextModel, apply_stop,
 from common.llm.http import HTTPTextModel, TextModelError
 from common.llm.local import (LocalTextModel, end_token_id, generate_in_batches,
                               load_checkpoint)
-from common.llm.spec import SPEC_FORMS, text_model_from_spec
+from common.llm.spec import SPEC_FORMS, check_spec, spec_kwargs, text_model_from_spec
 
 __all__ = ["CHAT_TEMPLATES", "ChatMessage", "HTTPTextModel", "LocalTextModel", "SPEC_FORMS",
            "TextModel", "TextModelError", "apply_stop", "check_messages", "check_request",
-           "end_token_id", "format_chat", "generate_in_batches", "load_checkpoint",
-           "text_model_from_spec"]
+           "check_spec", "end_token_id", "format_chat", "generate_in_batches",
+           "load_checkpoint", "spec_kwargs", "text_model_from_spec"]

@@ -6,10 +6,11 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from common.llm import base
-from common.llm.http import HTTPTextModel
+from common.llm.http import HTTPTextModel, TextModelError
 from common.llm.local import LocalTextModel
 
 SPEC_FORMS = ("http://HOST:PORT/v1", "https://HOST/v1", "hf:/path/to/checkpoint")
@@ -36,3 +37,32 @@ def text_model_from_spec(spec: str, **kwargs: Any) -> base.TextModel:
     return LocalTextModel.from_checkpoint(spec[3:], **kwargs)
   raise ValueError(f"text model spec {spec!r} is not recognised; expected one of "
                    f"{', '.join(SPEC_FORMS)}")
+
+
+def spec_kwargs(spec: str, *, timeout: float, api_key_env: str) -> dict[str, Any]:
+  """The constructor arguments a config's HTTP settings give the spec's backend (none for
+  a local checkpoint, which has no timeout or key)."""
+  if isinstance(spec, str) and spec.startswith(("http://", "https://")):
+    return dict(timeout=timeout, api_key_env=api_key_env)
+  return {}
+
+
+def check_spec(spec: str, **kwargs: Any) -> None:
+  """Checks before a run that the spec's model is there: an HTTP server answers
+  `GET /models` (`HTTPTextModel.check`), an "hf:" folder holds config.json. Loads no
+  weights.
+
+  Raises:
+    ValueError: one line naming the spec and what is wrong.
+  """
+  if isinstance(spec, str) and spec.startswith(("http://", "https://")):
+    try:
+      HTTPTextModel(spec, **kwargs).check()
+    except TextModelError as e:
+      raise ValueError(str(e)) from None
+  elif isinstance(spec, str) and spec.startswith("hf:"):
+    if not os.path.isfile(os.path.join(spec[3:], "config.json")):
+      raise ValueError(f"text model {spec!r}: no config.json in {spec[3:]!r}; expected a "
+                       "folder with config.json, safetensors and tokenizer.json")
+  else:
+    text_model_from_spec(spec)          # the one-line error for an unknown form

@@ -25,8 +25,6 @@ accepted operation's held-out effect) and is evaluated on the test set every
 `eval_every` steps.
 """
 
-import os
-
 from common import config as config_lib
 
 METHODS = ("zero_shot", "tsgd", "tsgd_no_verify", "tsgd_no_edit_delete", "append_only",
@@ -119,9 +117,9 @@ def validate(config) -> None:
 
 def text_model_kwargs(config) -> dict:
   """Constructor arguments for `common.llm.text_model_from_spec(config.text_model, ...)`."""
-  if config.text_model.startswith("hf:"):
-    return {}
-  return dict(timeout=config.roles.request_timeout, api_key_env=config.api_key_env)
+  from common import llm  # Lazy: configs load without jax. pylint: disable=import-outside-toplevel
+  return llm.spec_kwargs(config.text_model, timeout=config.roles.request_timeout,
+                         api_key_env=config.api_key_env)
 
 
 def preflight(config) -> None:
@@ -138,15 +136,11 @@ def preflight(config) -> None:
     except ValueError as e:
       raise config_lib.ConfigError(f"config.{e}") from None
 
-  spec = config.text_model
-  if spec.startswith(("http://", "https://")):
+  if config.text_model != "simulated":
     try:
-      llm.text_model_from_spec(spec, **text_model_kwargs(config)).check()
-    except (llm.TextModelError, ValueError) as e:
-      config_lib.fail("text_model", spec, f"a reachable OpenAI-compatible server ({e})")
-  elif spec.startswith("hf:") and not os.path.isfile(os.path.join(spec[3:], "config.json")):
-    config_lib.fail("text_model", spec, "hf:<a folder holding config.json, safetensors and "
-                    "tokenizer.json>")
+      llm.check_spec(config.text_model, **text_model_kwargs(config))
+    except ValueError as e:
+      config_lib.fail("text_model", config.text_model, f"a usable text model ({e})")
   if config.data.problems_path:
     try:
       problems.load_problems_jsonl(config.data.problems_path)
