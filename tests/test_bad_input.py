@@ -40,6 +40,7 @@ from methods.adathink import training as adathink_training
 from methods import cgfm
 from methods import divin
 from methods import flow_matching as fm
+from methods import experience_library as el
 from methods import kernel_ridge as kr
 from methods import rabitq_attention as ra
 from methods import susceptibility as sus
@@ -47,6 +48,11 @@ from methods import zeroth_order as zo
 from methods.divin import metrics as divin_metrics
 from methods.flow_matching import closed_form as fm_closed_form
 from methods.kernel_ridge import krr
+from methods.lilo import acquisition as lilo_acquisition
+from methods.lilo import gp as lilo_gp
+from methods.lilo import problems as lilo_problems
+from methods.lilo import simulated as lilo_simulated
+from methods.lilo import translator as lilo_translator
 from methods.unlearning import certificate
 from methods.unlearning import metrics as unlearning_metrics
 from methods.unlearning import objective as unlearning_objective
@@ -608,8 +614,59 @@ ROWS_LLM = [
 ]
 
 
+def _jsonl(text: str) -> str:
+  fd, path = tempfile.mkstemp(suffix=".jsonl")
+  with os.fdopen(fd, "w") as f:
+    f.write(text)
+  return path
+
+
+_POINTS = np.random.default_rng(0).random((10, 2))
+_VS = lilo_problems.PROBLEMS["vehicle_safety"]
+_ARMS = {0: np.array([0.1, 0.2, 0.3]), 1: np.array([0.2, 0.3, 0.4])}
+
+# The LLM-in-the-loop methods: the experience library (TSGD) and LILO.
+ROWS_LLM_METHODS = [
+    Case("experience_library/capacity_below_one", lambda: el.new_library(0, 100), ValueError,
+         r"capacity K must be an int >= 1, got 0"),
+    Case("experience_library/rule_longer_than_the_context",
+         lambda: el.new_library(4, 50, ["r" * 80]), ValueError,
+         r"rules\[0\] has 80 characters, longer than the solver's context allows"),
+    Case("experience_library/add_at_capacity",
+         lambda: el.apply(el.new_library(1, 50, ["a"]), el.Operation("add", "b")), ValueError,
+         r"add at capacity K=1: an Add must come with a Delete"),
+    Case("experience_library/delete_of_a_missing_rule",
+         lambda: el.apply(el.new_library(2, 50, ["a"]), el.Operation("delete", index=4)),
+         ValueError, r"delete names rule 5, but the library has 1 rules"),
+    Case("experience_library/jsonl_without_answer",
+         lambda: el.load_problems_jsonl(_jsonl('{"problem": "1+1?"}\n')), ValueError,
+         r"\.jsonl:1: expected an object with non-empty 'problem' and 'answer' fields"),
+    Case("experience_library/retrieve_k_zero", lambda: el.retrieve(["a rule"], [], k=0),
+         ValueError, r"k must be >= 1, got 0"),
+    Case("experience_library/solver_eps_out_of_range", lambda: el.SimulatedSolver(eps=1.5),
+         ValueError, r"eps must be in \[0, 1\), got 1.5"),
+    Case("lilo/comparison_of_an_unknown_point",
+         lambda: lilo_gp.fit_pairwise_gp(_POINTS, np.array([[0, 12]])), ValueError,
+         r"comparison 0 references point 12, but there are 10 points"),
+    Case("lilo/comparison_of_a_point_with_itself",
+         lambda: lilo_gp.fit_pairwise_gp(_POINTS, np.array([[3, 3]])), ValueError,
+         r"comparison 0 compares point 3 with itself"),
+    Case("lilo/non_finite_outcome",
+         lambda: lilo_problems.utility(_VS, np.array([[0.1, np.nan, 0.3]])), ValueError,
+         r"Y has a non-finite value nan at index \(0, 1\)"),
+    Case("lilo/translate_an_unknown_arm",
+         lambda: lilo_translator.translate(lilo_simulated.OfflineTranslator(), _VS, [], _ARMS,
+                                           np.array([[0, 5]])), ValueError,
+         r"pairs\[0\] = \(0, 5\) references unknown arm 5"),
+    Case("lilo/acquisition_more_restarts_than_samples",
+         lambda: lilo_acquisition.optimize_acqf(lambda X: X.sum(), 1, 2, jax.random.PRNGKey(0),
+                                                raw_samples=2, restarts=3), ValueError,
+         r"restarts \(3\) must be <= raw_samples \(2\)"),
+]
+
+
 CASES: list[Case] = [*ROWS_RUNS, *ROWS_LOADERS, *ROWS_LM, *ROWS_REGRESSION_FLOWS,
-                      *ROWS_SAMPLERS_GRAPHS, *ROWS_RL, *ROWS_LLM]
+                      *ROWS_SAMPLERS_GRAPHS, *ROWS_RL, *ROWS_LLM, *ROWS_LLM_METHODS]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
