@@ -102,6 +102,12 @@ def curves(rows: list[dict], problem: str, name: str) -> tuple[np.ndarray, np.nd
   return best, inter
 
 
+def _sweep(config) -> list[tuple[float, str]]:
+  """(mistranslation rate, row name) of LILO's runs, by rate."""
+  return sorted([(config.translator.error_rate, "lilo")] + [
+      (e, n) for n, _, e in variants(config) if n.startswith("lilo_err")])
+
+
 def _mean(rows, config, name: str, iteration: int) -> float:
   """The best utility at `iteration`, averaged over seeds and problems."""
   return float(np.mean([curves(rows, p, name)[0][iteration].mean() for p in config.problems]))
@@ -136,10 +142,8 @@ def claims(rows: list[dict], config) -> list[report.Claim]:
         f"LILO beats the LLM-only optimiser (best true utility after {last} iterations){tag}",
         "outperforms LLM-only optimisers", f"{_mean(rows, config, 'lilo', last):.3f} vs "
         f"{_mean(rows, config, 'llm_only', last):.3f}", diff, ">", 0.0))
-  sweep = [(config.translator.error_rate, "lilo")] + [
-      (e, n) for n, m, e in variants(config) if n.startswith("lilo_err")]
+  sweep = _sweep(config)
   if len(sweep) > 1:
-    sweep.sort()
     finals = [_mean(rows, config, n, last) for _, n in sweep]
     accs = [_accuracy(rows, config, n) for _, n in sweep]
     out.append(report.Claim(
@@ -180,8 +184,7 @@ def run(config, workdir: str) -> report.Result:
           rows += run_one(name, method, ctx, problem, config, log)
   files = [plots.utility_curves(workdir, {p: {n: curves(rows, p, n) for n, _, _ in
                                               variants(config)} for p in config.problems})]
-  sweep = sorted([(config.translator.error_rate, "lilo")] + [
-      (e, n) for n, m, e in variants(config) if n.startswith("lilo_err")])
+  sweep = _sweep(config)
   if len(sweep) > 1:
     files.append(plots.error_sweep(
         workdir, [e for e, _ in sweep], [_accuracy(rows, config, n) for _, n in sweep],

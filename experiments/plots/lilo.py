@@ -23,9 +23,10 @@ def utility_curves(workdir: str, curves: dict) -> str:
     for i, (name, (best, inter)) in enumerate(methods.items()):
       mean = best.mean(1)
       se = best.std(1, ddof=1) / np.sqrt(best.shape[1]) if best.shape[1] > 1 else 0 * mean
-      x = inter.mean(1) if inter.max() > 0 else np.arange(len(mean)) * np.nan
-      if np.isnan(x).all():      # no DM (oracle, random): plot against the iteration's budget
-        x = np.asarray(methods["lilo"][1]).mean(1) if "lilo" in methods else np.arange(len(mean))
+      if inter.max() > 0:
+        x = inter.mean(1)
+      else:                      # no DM (oracle, random): at the budget of the same iteration
+        x = methods["lilo"][1].mean(1) if "lilo" in methods else np.arange(len(mean))
       ls = ":" if name.startswith("lilo_err") else "-"
       ax.plot(x, mean, marker="o", ms=3, ls=ls, color=f"C{i % 10}", label=name)
       ax.fill_between(x, mean - se, mean + se, color=f"C{i % 10}", alpha=0.15)

@@ -83,8 +83,10 @@ def step(lib: library_lib.Library, roles: roles_lib.Roles, batch: Problems,
   ops = roles_lib.reflect(roles, lib.rules, lib.capacity, failures)
   failed = [p for p, _ in failures]
   original, rejected, accepted, deltas = lib.rules, Counter(), [], []
-  heldout_acc = roles_lib.accuracy(roles, lib.rules, heldout) if config.verify else None
-  audit_acc = roles_lib.accuracy(roles, lib.rules, audit) if audit else None
+  # The current library's held-out and audit accuracies are only needed when there is an
+  # operation to check (each costs a batch of solver calls, an LLM's at paper scale).
+  heldout_acc = roles_lib.accuracy(roles, lib.rules, heldout) if config.verify and ops else None
+  audit_acc = roles_lib.accuracy(roles, lib.rules, audit) if audit and ops else None
   for op in ops:
     if op.kind not in config.kinds:
       rejected["kind"] += 1

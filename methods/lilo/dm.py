@@ -142,7 +142,6 @@ class SimulatedDM:
     seed: the phrasing seed (and the tie coin of `compare`).
     sentences: (min, max) sentences per feedback message.
     kinds: probabilities of the statement kinds (pairwise, best_of, verdict, threshold).
-    max_shown: the most arms `shown` suggests per feedback round.
 
   Example:
     >>> dm = SimulatedDM("vehicle_safety", seed=0)
@@ -153,7 +152,7 @@ class SimulatedDM:
   KINDS = ("pairwise", "best_of", "verdict", "threshold")
 
   def __init__(self, problem, seed: int = 0, *, sentences: tuple[int, int] = (2, 4),
-               kinds: tuple[float, ...] = (0.45, 0.15, 0.2, 0.2), max_shown: int = 6):
+               kinds: tuple[float, ...] = (0.45, 0.15, 0.2, 0.2)):
     self.problem = problems_lib.get_problem(problem)
     self.seed = int(seed)
     lo, hi = sentences
@@ -162,9 +161,7 @@ class SimulatedDM:
     kinds = np.asarray(kinds, float)
     if kinds.shape != (4,) or np.any(kinds < 0) or not np.isclose(kinds.sum(), 1.0):
       raise ValueError(f"kinds must be 4 probabilities summing to 1, got {tuple(kinds)}")
-    if max_shown < 1:
-      raise ValueError(f"max_shown must be >= 1, got {max_shown}")
-    self.sentences, self.kinds, self.max_shown = (lo, hi), kinds, max_shown
+    self.sentences, self.kinds = (lo, hi), kinds
     p = self.problem
     self._beta1, self._beta2, self._t = (np.asarray(v, float) for v in (p.beta1, p.beta2, p.t))
     self._unit = all(l == 0.0 and u == 1.0 for l, u in zip(p.y_lower, p.y_upper))
@@ -248,13 +245,6 @@ class SimulatedDM:
     return _cap(_pick(rng, _IMPORTANCE).format(names[0], rest=rest))
 
   # --- feedback -----------------------------------------------------------------------
-  def shown(self, arms: Mapping[int, np.ndarray], newest: Sequence[int]) -> list[int]:
-    """The default arms to show: the newest batch (at most `max_shown - 1` of them) plus
-    the best arm so far by the DM's own utility."""
-    keys = sorted(arms)
-    best = keys[int(np.argmax(self.utility(np.stack([arms[a] for a in keys]))))]
-    return sorted(set(list(newest)[:self.max_shown - 1]) | {best})
-
   def feedback(self, arms: Mapping[int, np.ndarray], shown: Sequence[int],
                rng_step: int = 0) -> str:
     """Free-form feedback about the `shown` arms, derived from the true utility.

@@ -2,11 +2,14 @@
 translator), resume after an interruption, two LILO iterations against our own server
 over loopback, and bad input before any work.
 
-The tiny run (VehicleSafety, 2 seeds, 2 iterations of 2 points) checks that every method
-and the mistranslation sweep run end to end and that the offline translator's labels
-agree with the true utility (>= 0.8). The claims' verdicts are NOT asserted there: two
-iterations of two seeds say nothing about which optimiser leads; they are measured at
-the quick preset (5 seeds, 8 iterations, both problems) in results/REPORT.md.
+The tiny run (VehicleSafety, seeds 0 and 1, 2 iterations of 2 points) checks that every
+method and the mistranslation sweep run end to end, that the offline translator's labels
+agree with the true utility (>= 0.8), and two directions: LILO beats random search and
+the LLM-only optimiser (claim 2). When the test was written these held with margins of
+0.10 and 0.14 (seeds 0-1) and 0.16 and 0.08 (seeds 2-3). Claims 1 and 3 are NOT
+asserted: two iterations say nothing about LILO against PBO and scalar BO, or about a
+30% error rate; they are measured at the quick preset (5 seeds, 8 iterations, both
+problems) in results/REPORT.md.
 """
 
 import json
@@ -75,6 +78,8 @@ def test_tiny_run_measures_every_method_and_the_translator(tiny_run):
   for name in ("lilo", "pbo", "scalar_bo", "oracle_bo", "random", "llm_only", "lilo_err0.3"):
     assert 0.0 <= f[f"{name}_best_utility"] <= 1.0
   assert f["lilo_translator_accuracy"] >= 0.8          # the clean offline translator
+  assert f["lilo_best_utility"] > f["random_best_utility"]
+  assert f["lilo_best_utility"] > f["llm_only_best_utility"]
   assert f["lilo_unparsed_replies"] == 0
   assert len(result.claims) == 3
   assert all("simulated translator" in c.claim for c in result.claims)
