@@ -512,7 +512,9 @@ class Transformer(nn.Module):
   row b's slots < left_pad[b] are padding, its token at slot s has position
   s - left_pad[b], and no token attends to padding; the logits at padding slots are
   meaningless. With a cache, left_pad is stored in it (an explicit one replaces the
-  cache's), so later decoding calls need not repeat it.
+  cache's), so later decoding calls need not repeat it. `return_hidden=True` appends
+  the final-normed hidden states h (B, T, d_model), the input of the LM head, to the
+  outputs: (logits, h) or (logits, new_cache, h) (heads on top of an LM read it).
 
   Example (ragged):
       >>> tokens = jnp.array([[0, 0, 5, 6], [1, 2, 3, 4]])  # row 0: 2 pads, [5, 6]
@@ -528,7 +530,7 @@ class Transformer(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: jax.Array, cache: KVCache | None = None,
-               left_pad: jax.Array | None = None):
+               left_pad: jax.Array | None = None, return_hidden: bool = False):
     c = self.config
     if not hasattr(tokens, "ndim"):
       tokens = jnp.asarray(tokens)
@@ -564,10 +566,12 @@ class Transformer(nn.Module):
     else:
       logits = _linear(c.vocab_size, False, c, "lm_head")(x)
     logits = logits.astype(jnp.float32)
+    hidden = (x.astype(jnp.float32),) if return_hidden else ()
     if cache is None:
-      return logits
+      return (logits, *hidden) if return_hidden else logits
     state = None if cache.state is None else tuple(new_states)
-    return logits, KVCache(jnp.stack(new_k), jnp.stack(new_v), kv_length, state, left_pad)
+    return (logits, KVCache(jnp.stack(new_k), jnp.stack(new_v), kv_length, state, left_pad),
+            *hidden)
 
 
 def _linear(features: int, bias: bool, config: TransformerConfig, name: str) -> Linear:

@@ -1,9 +1,12 @@
-"""Reinforcement learning for LMs and other policies, as pure functions (GRPO so far).
+"""Reinforcement learning and preference optimisation for LMs, as pure functions.
 
-`grpo` holds the loss; `rollout` the on-policy sampling and the GRPO batch function
-(`common.rl.rollout.rollout` is the sampler: the name stays the module's here).
+`grpo` holds the GRPO loss; `dpo` the DPO loss for any policy with logits (its names
+stay under `dpo.`, as `check_batch` and `make_loss_fn` here are GRPO's); `rollout` the
+on-policy sampling and the GRPO batch function (`common.rl.rollout.rollout` is the
+sampler: the name stays the module's here).
 """
 
+from common.rl import dpo
 from common.rl import grpo
 from common.rl import rollout
 from common.rl.grpo import (BATCH_KEYS, LOSS_AGG_MODES, GRPOConfig, aggregate, check_batch,
@@ -11,5 +14,5 @@ from common.rl.grpo import (BATCH_KEYS, LOSS_AGG_MODES, GRPOConfig, aggregate, c
 from common.rl.rollout import Rollout, make_grpo_batch_fn, reference_logprobs, rollout_key
 
 __all__ = ["BATCH_KEYS", "LOSS_AGG_MODES", "GRPOConfig", "Rollout", "aggregate", "check_batch",
-           "grpo", "grpo_loss", "group_advantages", "kl_k3", "make_grpo_batch_fn",
+           "dpo", "grpo", "grpo_loss", "group_advantages", "kl_k3", "make_grpo_batch_fn",
            "make_loss_fn", "policy_loss", "reference_logprobs", "rollout", "rollout_key"]
