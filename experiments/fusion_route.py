@@ -28,6 +28,7 @@ from common import lm as lm_lib
 from common import report
 from common import train as train_lib
 from common import trials
+from common.data import text as text_lib
 from common.data.tokenizers import ByteTokenizer
 from common.models import hf
 from common.models import transformer
@@ -79,7 +80,6 @@ def make_models(config) -> tuple[Models, Any]:
     base_ck = hf.load_hf_checkpoint(p.base_checkpoint) if p.base_checkpoint else None
     experts = tuple(Transformer(c.config) for c in cks)
     router = Router(router_ck.config, len(experts))
-    ens_lib.make_ensemble(experts, router)
     if cks[0].tokenizer is None:
       raise FileNotFoundError(f"{p.expert_checkpoints[0]}: no tokenizer.json; the data are "
                               "tokenized with the experts' tokenizer")
@@ -272,23 +272,26 @@ def _bpb(logp, bpt) -> float:
 
 
 def _single_models(models: Models, trained: dict, domains: data.Domains, config, ev) -> dict:
-  """Per-split log-probs of the one-model baselines that apply."""
+  """name -> (module, params) of the one-model baselines that apply: weight merging when
+  the experts share one architecture (task arithmetic also needs their base), direct
+  fine-tuning when there is a base; and the chosen task-arithmetic scale."""
   out, model = {}, models.experts[0]
   same = len({m.config for m in models.experts}) == 1
   if same:
-    out["weight_average"] = merging.average(trained["experts"])
-  if same and trained["base"] is not None:
+    out["weight_average"] = (model, merging.average(trained["experts"]))
+  scale = None
+  if same and trained["base"] is not None and models.base.config == model.config:
     tune = domains.mixed_train.tokens
     scores = {}
-    for scale in config.task_arithmetic_scales:
-      params = merging.task_arithmetic(trained["base"], trained["experts"], scale)
-      scores[scale] = -np.mean(ev(tune, model=model, params=params)["single"])
-    best = min(scores, key=scores.get)
-    out["task_arithmetic"] = merging.task_arithmetic(trained["base"], trained["experts"], best)
-    out["_scale"] = best
+    for s in config.task_arithmetic_scales:
+      params = merging.task_arithmetic(trained["base"], trained["experts"], s)
+      scores[s] = -np.mean(ev(tune, model=model, params=params)["single"])
+    scale = min(scores, key=scores.get)
+    out["task_arithmetic"] = (model, merging.task_arithmetic(trained["base"],
+                                                             trained["experts"], scale))
   if trained["direct"] is not None:
-    out["direct_finetune"] = trained["direct"]
-  return out
+    out["direct_finetune"] = (models.base, trained["direct"])
+  return out, scale
 
 
 def _ensemble_rows(stats: dict, models: Models, config) -> dict:
@@ -317,15 +320,14 @@ def evaluate(models: Models, trained: dict, routers: dict, domains: data.Domains
   def compute():
     splits = {**{d: domains.validation[d] for d in data.DOMAINS},
               "mixed": domains.mixed_validation.tokens}
-    singles = _single_models(models, trained, domains, config, ev)
-    scale = singles.pop("_scale", None)
+    singles, scale = _single_models(models, trained, domains, config, ev)
     bpb, mixed_stats = {}, None
     for split, tokens in splits.items():
       stats = {r: ev(tokens, ensemble=ens, params=routers[r]) for r in
                ("fusion", "fusion_stage1", "no_complementary", "co_llm")}
       rows = _ensemble_rows(stats, models, config)
-      for name, params in singles.items():
-        rows[name] = ev(tokens, model=models.experts[0], params=params)["single"]
+      for name, (model, params) in singles.items():
+        rows[name] = ev(tokens, model=model, params=params)["single"]
       bpt = domains.bytes_per_token[split]
       for name, logp in rows.items():
         bpb.setdefault(name, {})[split] = _bpb(logp, bpt)
@@ -359,7 +361,7 @@ def _pattern(stats: dict, domains: data.Domains, config, models: Models) -> dict
   choice = np.argmax(stats["scores"], axis=-1)
   labels = training.window_domains(domains.mixed_validation.domains, config.seq_len,
                                    e.batch_size, e.max_windows)
-  windows = np.concatenate(list(data.text_lib.eval_windows(
+  windows = np.concatenate(list(text_lib.eval_windows(
       domains.mixed_validation.tokens, config.seq_len, e.batch_size, e.max_windows)))
   classes = char_classes(windows[:, 1:])
   n = len(models.experts)
@@ -368,7 +370,7 @@ def _pattern(stats: dict, domains: data.Domains, config, models: Models) -> dict
     return [[float(np.mean(choice[groups == g] == k)) if np.any(groups == g) else 0.0
              for k in range(n)] for g in range(count)]
 
-  rows = min(3, len(windows))
+  rows = min(8, len(windows))
   return {"by_domain": shares(labels, len(data.DOMAINS)),
           "by_char_class": shares(classes, len(CHAR_CLASSES)),
           "sample_tokens": windows[:rows, 1:].reshape(-1).tolist(),

@@ -48,6 +48,7 @@ from methods import zeroth_order as zo
 from methods.divin import metrics as divin_metrics
 from methods.flow_matching import closed_form as fm_closed_form
 from methods.kernel_ridge import krr
+from methods import fusion_route as fr
 from methods.lilo import acquisition as lilo_acquisition
 from methods.lilo import gp as lilo_gp
 from methods.lilo import problems as lilo_problems
@@ -665,8 +666,75 @@ ROWS_LLM_METHODS = [
 ]
 
 
+def _fr_model(vocab=32, d=16):
+  return lm_tfm.Transformer(lm_tfm.llama_config(vocab_size=vocab, d_model=d, num_layers=1,
+                                                num_heads=2, d_ff=32, max_seq_len=16))
+
+
+def _fr_router(vocab=32, d=8, e=2):
+  return fr.Router(lm_tfm.llama_config(vocab_size=vocab, d_model=d, num_layers=1,
+                                       num_heads=2, d_ff=16, max_seq_len=16), e)
+
+
+def _fr_config(**overrides):
+  from experiments.configs import fusion_route as fr_configs
+  config = fr_configs.get_config("tiny")
+  for key, value in overrides.items():
+    head, _, tail = key.partition(".")
+    if tail:
+      config[head][tail] = value
+    else:
+      config[key] = value
+  return config
+
+
+def _fr_big_router():
+  from experiments import fusion_route as fr_experiment
+  return fr_experiment.make_models(_fr_config(**{"router.d_model": 64, "router.d_ff": 512}))
+
+
+def _fr_preflight_missing():
+  from experiments.configs import fusion_route as fr_configs
+  return fr_configs.preflight(_fr_config(**{"paper.expert_checkpoints": ("/nonexistent/a",
+                                                                         "/nonexistent/b"),
+                                            "paper.router_checkpoint": "/nonexistent/r"}))
+
+
+ROWS_FUSION_ROUTE = [
+    Case("fusion_route/experts_with_different_vocabularies",
+         lambda: fr.make_ensemble((_fr_model(32), _fr_model(40)), _fr_router()), ValueError,
+         r"the experts have different vocabularies \(sizes \[32, 40\]\)"),
+    Case("fusion_route/one_expert",
+         lambda: fr.make_ensemble((_fr_model(),), _fr_router(e=1)), ValueError,
+         r"FusionRoute needs E >= 2 experts, got 1"),
+    Case("fusion_route/config_with_one_domain",
+         lambda: configs_validate_fr(_fr_config(experts=("prose",))), config_lib.ConfigError,
+         r"config.experts=.*at least 2 domains"),
+    Case("fusion_route/router_larger_than_the_experts", _fr_big_router, ValueError,
+         r"the router has \d+ parameters, not fewer than expert 0's \d+"),
+    Case("fusion_route/missing_expert_checkpoint", _fr_preflight_missing,
+         config_lib.ConfigError,
+         r"paper.router_checkpoint='/nonexistent/r' is invalid: expected a local HF folder"),
+    Case("fusion_route/router_for_another_vocabulary",
+         lambda: fr.make_ensemble((_fr_model(), _fr_model()), _fr_router(vocab=40)),
+         ValueError, r"the router's vocabulary has 40 tokens, the experts' 32"),
+    Case("dpo/beta_zero", lambda: rl.dpo.DPOConfig(beta=0.0), ValueError,
+         r"DPOConfig.beta must be finite and > 0, got 0.0"),
+    Case("dpo/batch_without_reference",
+         lambda: rl.dpo.make_loss_fn(lambda p, t: t)(None, {"chosen": np.zeros((1, 3), int)},
+                                                     None), ValueError,
+         r"batch is missing keys \['rejected'"),
+]
+
+
+def configs_validate_fr(config):
+  from experiments.configs import fusion_route as fr_configs
+  fr_configs.validate(config)
+
+
 CASES: list[Case] = [*ROWS_RUNS, *ROWS_LOADERS, *ROWS_LM, *ROWS_REGRESSION_FLOWS,
-                      *ROWS_SAMPLERS_GRAPHS, *ROWS_RL, *ROWS_LLM, *ROWS_LLM_METHODS]
+                      *ROWS_SAMPLERS_GRAPHS, *ROWS_RL, *ROWS_LLM, *ROWS_LLM_METHODS,
+                      *ROWS_FUSION_ROUTE]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

@@ -33,8 +33,12 @@ def bits_per_byte(workdir: str, bpb: dict) -> str:
     ax.set_yticklabels(methods if ax is axes[0][0] else [""] * len(methods), fontsize=7)
     ax.invert_yaxis()
     lo = min(values)
-    ax.set_xlim(lo * 0.9, max(values) * 1.02)
-    ax.set(title=split, xlabel="bits / byte")
+    hi = min(max(values), 2.0 * lo) * 1.05           # far-off bars are clipped, labelled
+    ax.set_xlim(lo * 0.9, hi)
+    for y, v in enumerate(values):
+      ax.text(min(v, hi), y, f" {v:.2f}", va="center", ha="right" if v >= hi else "left",
+              fontsize=6, color="w" if v >= hi else "k")
+    ax.set(title=split, xlabel="bits / byte (lower is better)")
   return _save(fig, workdir, "bits_per_byte.png")
 
 

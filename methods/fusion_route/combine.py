@@ -16,7 +16,9 @@ log-probs make the soft rule independent of each expert's logit offset.
 
 Routing labels (`routing_labels`): the expert that gives the gold token the highest
 probability, e_t = argmax_e l_e[y_t], counted only on informative tokens, where the
-experts disagree: max_e l_e[y_t] - min_e l_e[y_t] > margin (nats).
+experts disagree about the best choice: the best expert's gold log-prob exceeds the
+runner-up's by more than `margin` nats (where two experts are about equally good,
+either choice is right and the label would be noise).
 
 Stage-1 loss (`stage1_loss`), per token, averaged:
 
@@ -105,7 +107,8 @@ def gold_logprobs(expert_logp: Array, targets: Array) -> Array:
 def routing_labels(gold: Array, margin: float = 0.693) -> tuple[Array, Array]:
   """Token-level routing labels from the experts' gold log-probs gold (E, ...).
 
-      label_t = argmax_e gold[e, t],  informative_t = max_e gold[e, t] - min_e gold[e, t] > margin
+      label_t = argmax_e gold[e, t]
+      informative_t = gold[label_t, t] - max_{e != label_t} gold[e, t] > margin
 
   Returns:
     (labels (...) int32, informative (...) bool).
@@ -117,7 +120,8 @@ def routing_labels(gold: Array, margin: float = 0.693) -> tuple[Array, Array]:
   """
   checks.scalar("margin", margin, strict=False)
   labels = jnp.argmax(gold, axis=0).astype(jnp.int32)
-  informative = (jnp.max(gold, axis=0) - jnp.min(gold, axis=0)) > margin
+  top2 = jax.lax.top_k(jnp.moveaxis(gold, 0, -1), 2)[0]
+  informative = (top2[..., 0] - top2[..., 1]) > margin
   return labels, informative
 
 

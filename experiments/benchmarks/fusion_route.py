@@ -1,0 +1,156 @@
+"""Benchmark: FusionRoute's fused decoding against one expert alone and against running
+the experts and the router in separate jitted calls.
+
+  python -m experiments.benchmarks.fusion_route [--batch_sizes=1,8] [--tokens=128] [--repeats=5]
+
+Models of the quick preset's sizes (E experts of the expert config, the router config),
+random weights (decoding speed does not depend on the values). Each side decodes
+`tokens` new tokens after a 32-token prompt at temperature 1:
+
+  (a) one expert alone: `common.models.sampling.generate` (one jitted program);
+  (b) fused: `methods.fusion_route.generate`, one jitted program in which every
+      expert's and the router's KV cache advance together;
+  (c) separate calls: per token, one jitted cached step per model (E + 1 calls) and a
+      jitted combine-and-sample, driven from Python (what running the models as
+      separate services or programs costs).
+
+Each side compiles in an untimed call; the figure is the median of `repeats` timed runs
+(ending in block_until_ready), reported as tokens/s and as ratios fused / alone and
+fused / separate.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import statistics
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from common import config as config_lib
+from common.models import sampling
+from common.models import transformer
+from experiments.configs import fusion_route as configs
+from methods.fusion_route import combine
+from methods.fusion_route import ensemble as ens_lib
+from methods.fusion_route.router import Router, init_router
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("batch_sizes", ["1", "8"], "Decoding batch sizes.")
+flags.DEFINE_integer("tokens", 128, "New tokens per decode.")
+flags.DEFINE_integer("repeats", 5, "Timed runs per side (>= 1); medians are reported.")
+flags.DEFINE_string("preset", "quick", "The fusion_route config preset giving the sizes.")
+
+
+def _model(spec) -> transformer.Transformer:
+  family = transformer.llama_config if spec.family == "llama" else transformer.neox_config
+  return transformer.Transformer(family(vocab_size=256, d_model=spec.d_model,
+                                        num_layers=spec.num_layers, num_heads=spec.num_heads,
+                                        num_kv_heads=spec.num_kv_heads, d_ff=spec.d_ff,
+                                        max_seq_len=512))
+
+
+def setup(config):
+  experts = tuple(_model(config.expert) for _ in config.experts)
+  router = Router(_model(config.router).config, len(experts))
+  ens = ens_lib.make_ensemble(experts, router)
+  keys = jax.random.split(jax.random.PRNGKey(0), len(experts) + 1)
+  params = {"experts": tuple(transformer.init_params(m, k) for m, k in zip(experts, keys)),
+            "router": init_router(router, keys[-1])}
+  return ens, params
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def _expert_step(model, params, tokens, cache):
+  logits, cache = model.apply({"params": params}, tokens, cache)
+  return jax.nn.log_softmax(logits[:, -1]), cache
+
+
+@functools.partial(jax.jit, static_argnames=("router",))
+def _router_step(router, params, tokens, cache):
+  scores, logits, cache = router.apply({"params": params}, tokens, cache)
+  return scores[:, -1], logits[:, -1], cache
+
+
+@jax.jit
+def _combine_sample(lps, scores, z_r, key):
+  logits, _ = combine.combine(jnp.stack(lps), scores, z_r)
+  return jax.random.categorical(key, logits).astype(jnp.int32)
+
+
+def separate_decode(ens, params, prompt, key, n: int):
+  """(c): E + 1 jitted model steps and a jitted combine per token, from Python."""
+  b, t0 = prompt.shape
+  models = (*ens.experts, ens.router)
+  caches = [transformer.init_cache(m.config, b, t0 + n) for m in models]
+  tokens, out, keys = prompt, [], jax.random.split(key, n)
+  for i in range(n):
+    lps = []
+    for j, (m, p) in enumerate(zip(ens.experts, params["experts"])):
+      lp, caches[j] = _expert_step(m, p, tokens, caches[j])
+      lps.append(lp)
+    scores, z_r, caches[-1] = _router_step(ens.router, params["router"], tokens, caches[-1])
+    token = _combine_sample(lps, scores, z_r, keys[i])
+    out.append(token)
+    tokens = token[:, None]
+  return jnp.stack(out, 1)
+
+
+def _median(fn, repeats: int) -> float:
+  jax.block_until_ready(fn())
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def measure(ens, params, batch: int, n: int, repeats: int) -> dict[str, float]:
+  prompt = jax.random.randint(jax.random.PRNGKey(1), (batch, 32), 0, 256)
+  key = jax.random.PRNGKey(2)
+  sides = {
+      "alone": lambda: sampling.generate(ens.experts[0], params["experts"][0], prompt, key,
+                                         max_new_tokens=n),
+      "fused": lambda: ens_lib.generate(ens, params, prompt, key, max_new_tokens=n).tokens,
+      "separate": lambda: separate_decode(ens, params, prompt, key, n),
+  }
+  return {name: batch * n / _median(fn, repeats) for name, fn in sides.items()}
+
+
+def cpu_model() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+  except (OSError, StopIteration):
+    return platform.processor() or platform.machine()
+
+
+def main(argv):
+  config_lib.parse_flags_or_die(FLAGS, argv)
+  config = configs.get_config(FLAGS.preset)
+  ens, params = setup(config)
+  sizes = [sum(x.size for x in jax.tree.leaves(p)) for p in params["experts"]]
+  print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs, "
+        f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), jax "
+        f"{jax.__version__}, numpy {np.__version__}, python {platform.python_version()}")
+  print(f"E = {len(sizes)} experts of {sizes[0]} parameters, router of "
+        f"{sum(x.size for x in jax.tree.leaves(params['router']))}; {FLAGS.tokens} new "
+        f"tokens after 32; medians of {FLAGS.repeats}")
+  print("| batch | alone tok/s | fused tok/s | separate tok/s | fused / alone | "
+        "fused / separate |")
+  print("|---:|---:|---:|---:|---:|---:|")
+  for b in map(int, FLAGS.batch_sizes):
+    r = measure(ens, params, b, FLAGS.tokens, FLAGS.repeats)
+    print(f"| {b} | {r['alone']:.0f} | {r['fused']:.0f} | {r['separate']:.0f} | "
+          f"{r['fused'] / r['alone']:.2f} | {r['fused'] / r['separate']:.2f} |")
+
+
+if __name__ == "__main__":
+  app.run(main)
