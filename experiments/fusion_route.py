@@ -31,8 +31,7 @@ from common import trials
 from common.data import text as text_lib
 from common.data.tokenizers import ByteTokenizer
 from common.models import hf
-from common.models import transformer
-from common.models.transformer import Transformer, TransformerConfig, init_params
+from common.models.transformer import Transformer, init_params
 from common.rl import dpo
 from experiments.configs import fusion_route as config_module
 from experiments.plots import fusion_route as plots
@@ -63,13 +62,6 @@ def _fp(*parts) -> str:
   return trials.config_fingerprint({str(i): plain(p) for i, p in enumerate(parts)})
 
 
-def _model_config(spec, vocab: int, max_len: int) -> TransformerConfig:
-  family = transformer.llama_config if spec.family == "llama" else transformer.neox_config
-  return family(vocab_size=vocab, d_model=spec.d_model, num_layers=spec.num_layers,
-                num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads, d_ff=spec.d_ff,
-                max_seq_len=max(max_len, 256))
-
-
 def make_models(config) -> tuple[Models, Any]:
   """The modules (and, in the paper preset, the loaded weights) and the tokenizer;
   every bad-input check happens here, before any training."""
@@ -92,9 +84,9 @@ def make_models(config) -> tuple[Models, Any]:
     base = None if base_ck is None else Transformer(base_ck.config)
     return Models(experts, router, base, names, loaded), tok
   max_len = max(config.seq_len, config.stage2.prompt_len + config.stage2.completion_len)
-  expert = Transformer(_model_config(config.expert, 256, max_len))
+  expert = Transformer(training.transformer_config(config.expert, 256, max_len))
   experts = tuple(expert for _ in config.experts)
-  router = Router(_model_config(config.router, 256, max_len), len(experts))
+  router = Router(training.transformer_config(config.router, 256, max_len), len(experts))
   ens = ens_lib.make_ensemble(experts, router)
   key = jax.random.PRNGKey(0)
   shapes = jax.eval_shape(lambda: {"experts": tuple(init_params(expert, key) for _ in experts),

@@ -38,6 +38,7 @@ from common.models import sampling
 from common.models import transformer
 from experiments.configs import fusion_route as configs
 from methods.fusion_route import combine
+from methods.fusion_route import training
 from methods.fusion_route import ensemble as ens_lib
 from methods.fusion_route.router import Router, init_router
 
@@ -48,17 +49,10 @@ flags.DEFINE_integer("repeats", 5, "Timed runs per side (>= 1); medians are repo
 flags.DEFINE_string("preset", "quick", "The fusion_route config preset giving the sizes.")
 
 
-def _model(spec) -> transformer.Transformer:
-  family = transformer.llama_config if spec.family == "llama" else transformer.neox_config
-  return transformer.Transformer(family(vocab_size=256, d_model=spec.d_model,
-                                        num_layers=spec.num_layers, num_heads=spec.num_heads,
-                                        num_kv_heads=spec.num_kv_heads, d_ff=spec.d_ff,
-                                        max_seq_len=512))
-
-
 def setup(config):
-  experts = tuple(_model(config.expert) for _ in config.experts)
-  router = Router(_model(config.router).config, len(experts))
+  expert = transformer.Transformer(training.transformer_config(config.expert, max_seq_len=512))
+  experts = tuple(expert for _ in config.experts)
+  router = Router(training.transformer_config(config.router, max_seq_len=512), len(experts))
   ens = ens_lib.make_ensemble(experts, router)
   keys = jax.random.split(jax.random.PRNGKey(0), len(experts) + 1)
   params = {"experts": tuple(transformer.init_params(m, k) for m, k in zip(experts, keys)),

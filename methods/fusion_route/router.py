@@ -67,11 +67,6 @@ def from_lm_params(router: Router, lm_params: Any, key: jax.Array) -> Any:
   return {"lm": lm_params, "route_head": params["route_head"]}
 
 
-def lm_params_of(params: Any) -> Any:
-  """The router's LM parameters (a `Transformer`'s), e.g. to export or count them."""
-  return params["lm"]
-
-
 def count(params: Any) -> int:
   return int(sum(x.size for x in jax.tree.leaves(params)))
 

@@ -28,10 +28,21 @@ import numpy as np
 import optax
 
 from common.data import text as text_lib
+from common.models import transformer
 from methods.fusion_route import combine as combine_lib
 from methods.fusion_route import ensemble as ens_lib
 
 Array = jax.Array
+
+
+def transformer_config(spec, vocab_size: int = 256, max_seq_len: int = 256
+                       ) -> transformer.TransformerConfig:
+  """The `TransformerConfig` of a config's model spec (family, d_model, num_layers,
+  num_heads, num_kv_heads, d_ff): the experts' and the router's architectures."""
+  family = transformer.llama_config if spec.family == "llama" else transformer.neox_config
+  return family(vocab_size=vocab_size, d_model=spec.d_model, num_layers=spec.num_layers,
+                num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads, d_ff=spec.d_ff,
+                max_seq_len=max(max_seq_len, 256))
 
 
 def mixture_batch(streams: Sequence[np.ndarray], weights: Sequence[float], seed: int,
