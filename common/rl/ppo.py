@@ -1,0 +1,344 @@
+"""PPO with GAE for vmapped JAX environments: one jitted `lax.scan` per chunk of updates.
+
+For N environments stepped T times with policy pi_theta and value V_theta (time-major
+arrays (T, N)), generalized advantage estimation (Schulman et al., 2016):
+
+    delta_t = r_t + gamma V(s_{t+1}) (1 - d_t) - V(s_t)
+    A_t     = delta_t + gamma lambda (1 - d_t) A_{t+1},    R_t = A_t + V(s_t)
+
+(d_t = 1 when step t ended an episode; the environment then auto-resets). The clipped
+surrogate with a clipped value loss and an entropy bonus (Schulman et al., 2017; the
+purejaxrl / CleanRL form), per minibatch with advantages normalised to mean 0, std 1:
+
+    rho = exp(log pi(a|s) - log pi_old(a|s))
+    L_pi = -mean min(rho A, clip(rho, 1 - eps, 1 + eps) A)
+    L_V  = 0.5 mean max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)
+    L    = L_pi + c_V L_V - c_H mean H[pi(.|s)]
+
+One update = a rollout of T steps in N environments, rewards (plus an optional
+intrinsic reward from `Curiosity` hooks), GAE, then `update_epochs` passes over
+`num_minibatches` shuffled minibatches (a rollout is a `lax.scan`; the epochs and
+minibatches are unrolled, a few static iterations). `make_update` returns it as a pure
+function of a `RunnerState`; `run_updates` runs many (one `lax.scan` on accelerators); `train` runs chunks of updates with orbax
+checkpoints (`common.checkpoint`) and JSONL/TensorBoard metrics (`common.metrics`), so
+an interrupted run resumes from its newest chunk and ends bit-identical.
+
+GRPO (`common.rl.grpo`) shares the clipped ratio objective's idea but not its data: it
+scores token sequences with group-relative advantages and no critic.
+
+Example:
+    >>> config = PPOConfig(num_envs=8, num_steps=128)
+    >>> update = make_update(env, apply_fn, config, make_optimizer(config, num_updates))
+    >>> state = init_runner(env, init_params, config, make_optimizer(...), key)
+    >>> state, metrics = run_updates(update, state, 10)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from common import checks
+from common import checkpoint as checkpoint_lib
+from common import metrics as metrics_lib
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+  """PPO hyperparameters (frozen, hashable). Defaults: purejaxrl's MiniGrid settings.
+
+  Fields:
+    num_envs, num_steps: N environments x T steps per rollout.
+    update_epochs, num_minibatches: passes over the rollout and minibatches per pass;
+      N T must be divisible by num_minibatches.
+    gamma, gae_lambda: discount and GAE lambda, in [0, 1].
+    clip_eps: the ratio (and value) clip, > 0.
+    ent_coef, vf_coef: entropy and value-loss weights, >= 0.
+    max_grad_norm: global-norm gradient clip, > 0.
+    learning_rate: Adam's step size, > 0; linearly annealed to 0 when anneal_lr.
+  """
+  num_envs: int = 8
+  num_steps: int = 128
+  update_epochs: int = 4
+  num_minibatches: int = 4
+  gamma: float = 0.99
+  gae_lambda: float = 0.95
+  clip_eps: float = 0.2
+  ent_coef: float = 0.01
+  vf_coef: float = 0.5
+  max_grad_norm: float = 0.5
+  learning_rate: float = 2.5e-4
+  anneal_lr: bool = True
+
+  def __post_init__(self):
+    for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches"):
+      checks.positive_int(f"PPOConfig.{name}", getattr(self, name))
+    rollout = self.num_envs * self.num_steps
+    if rollout % self.num_minibatches:
+      raise ValueError(f"PPOConfig: the rollout of num_envs x num_steps = {self.num_envs} x "
+                       f"{self.num_steps} = {rollout} transitions does not split into "
+                       f"num_minibatches={self.num_minibatches} equal minibatches")
+    for name in ("gamma", "gae_lambda"):
+      checks.scalar(f"PPOConfig.{name}", getattr(self, name), strict=False, high=1.0)
+    for name in ("clip_eps", "max_grad_norm", "learning_rate"):
+      checks.scalar(f"PPOConfig.{name}", getattr(self, name))
+    for name in ("ent_coef", "vf_coef"):
+      checks.scalar(f"PPOConfig.{name}", getattr(self, name), strict=False)
+
+  @property
+  def minibatch_size(self) -> int:
+    return self.num_envs * self.num_steps // self.num_minibatches
+
+
+def gae(rewards: Array, values: Array, dones: Array, last_value: Array, gamma: float,
+        lam: float) -> tuple[Array, Array]:
+  """(advantages, returns), both (T, N), from time-major rewards, values, dones (T, N)
+  and the bootstrap value V(s_T) (N,) (module docstring)."""
+  dones = dones.astype(values.dtype)
+  next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)
+  deltas = rewards + gamma * next_values * (1.0 - dones) - values
+
+  def back(carry, x):
+    delta, done = x
+    adv = delta + gamma * lam * (1.0 - done) * carry
+    return adv, adv
+
+  _, adv = jax.lax.scan(back, jnp.zeros_like(last_value), (deltas, dones), reverse=True)
+  return adv, adv + values
+
+
+def ppo_loss(logits: Array, values: Array, actions: Array, old_logp: Array,
+             old_values: Array, advantages: Array, returns: Array, config: PPOConfig
+             ) -> tuple[Array, dict[str, Array]]:
+  """The clipped PPO loss of one minibatch (module docstring); inputs flat (B,) and
+  logits (B, A). Advantages are normalised here."""
+  logp_all = jax.nn.log_softmax(logits)
+  logp = jnp.take_along_axis(logp_all, actions[:, None].astype(jnp.int32), axis=-1)[:, 0]
+  adv = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+  ratio = jnp.exp(logp - old_logp)
+  clipped = jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps)
+  policy = -jnp.mean(jnp.minimum(ratio * adv, clipped * adv))
+  v_clipped = old_values + jnp.clip(values - old_values, -config.clip_eps, config.clip_eps)
+  value = 0.5 * jnp.mean(jnp.maximum((values - returns) ** 2, (v_clipped - returns) ** 2))
+  entropy = -jnp.mean(jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1))
+  loss = policy + config.vf_coef * value - config.ent_coef * entropy
+  sg = jax.lax.stop_gradient
+  return loss, {"policy_loss": policy, "value_loss": value, "entropy": entropy,
+                "approx_kl": sg(jnp.mean((ratio - 1.0) - jnp.log(ratio))),
+                "clip_fraction": sg(jnp.mean((jnp.abs(ratio - 1.0) > config.clip_eps)
+                                             .astype(jnp.float32)))}
+
+
+class Env(NamedTuple):
+  """A batched-by-vmap environment as two pure functions (static under jit).
+
+  reset(key) -> timestep;  step(timestep, action) -> timestep, auto-resetting at the end
+  of an episode. A timestep has .observation, .reward, .last() (as xminigrid's).
+  """
+  reset: Callable
+  step: Callable
+
+
+class Curiosity(NamedTuple):
+  """Optional hooks that add an intrinsic reward and its model's loss to PPO.
+
+  intrinsic(params, extra, traj) -> (r_int (T, N), extra, metrics): from the rollout
+    (traj: obs (T, N, ...), actions, next_obs, dones); its gradient is not used.
+  aux_loss(params, extra, minibatch) -> (loss, metrics): added to the PPO loss
+    (minibatch: flat obs, actions, next_obs, dones).
+  after_update(params, extra, update) -> extra: e.g. an EMA target or a re-init.
+  """
+  intrinsic: Callable
+  aux_loss: Callable
+  after_update: Callable
+
+
+class RunnerState(NamedTuple):
+  params: Any
+  opt_state: Any
+  timestep: Any      # the N environments' current timesteps
+  extra: Any         # the curiosity's state (targets, normalisers), or ()
+  key: Array
+  update: Array      # updates done so far
+
+
+def make_optimizer(config: PPOConfig, num_updates: int) -> optax.GradientTransformation:
+  """clip_by_global_norm then Adam (eps 1e-5), lr linearly annealed to 0 over the run."""
+  steps = num_updates * config.update_epochs * config.num_minibatches
+  lr = (optax.linear_schedule(config.learning_rate, 0.0, max(steps, 1)) if config.anneal_lr
+        else config.learning_rate)
+  return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5))
+
+
+def init_runner(env: Env, params: Any, config: PPOConfig,
+                optimizer: optax.GradientTransformation, key: Array, extra: Any = ()
+                ) -> RunnerState:
+  params = jax.tree.map(jnp.array, params)   # a copy: updates donate the state's buffers
+  key, reset_key = jax.random.split(key)
+  timestep = jax.vmap(env.reset)(jax.random.split(reset_key, config.num_envs))
+  return RunnerState(params, optimizer.init(params), timestep, extra, key,
+                     jnp.zeros((), jnp.int32))
+
+
+def _rollout(env: Env, apply_fn, config: PPOConfig, state: RunnerState):
+  def body(carry, _):
+    timestep, key = carry
+    key, sub = jax.random.split(key)
+    obs = timestep.observation
+    logits, value = apply_fn(state.params, obs)
+    action = jax.random.categorical(sub, logits)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], -1)[:, 0]
+    nxt = jax.vmap(env.step)(timestep, action)
+    done = nxt.last()
+    out = {"obs": obs, "actions": action, "logp": logp, "values": value,
+           "rewards": nxt.reward.astype(jnp.float32), "dones": done,
+           "next_obs": nxt.observation,
+           "success": (done & (nxt.reward > 0)).astype(jnp.float32)}
+    return (nxt, key), out
+
+  (timestep, key), traj = jax.lax.scan(body, (state.timestep, state.key), None,
+                                       config.num_steps)
+  _, last_value = apply_fn(state.params, timestep.observation)
+  return timestep, key, traj, last_value
+
+
+def make_update(env: Env, apply_fn: Callable, config: PPOConfig,
+                optimizer: optax.GradientTransformation,
+                curiosity: Curiosity | None = None) -> Callable:
+  """`update(state) -> (state, metrics)`: one rollout and its PPO epochs (pure).
+
+  apply_fn(params, obs (N, ...)) -> (logits (N, A), values (N,)); with curiosity,
+  params also hold the curiosity model's parameters (one optimizer for both).
+  """
+  def loss_fn(params, extra, mb):
+    logits, values = apply_fn(params, mb["obs"])
+    loss, m = ppo_loss(logits, values, mb["actions"], mb["logp"], mb["values"],
+                       mb["advantages"], mb["returns"], config)
+    if curiosity is not None:
+      aux, am = curiosity.aux_loss(params, extra, mb)
+      loss = loss + aux
+      m = {**m, **am}
+    return loss, m
+
+  def update(state: RunnerState):
+    timestep, key, traj, last_value = _rollout(env, apply_fn, config, state)
+    rewards, extra, cm = traj["rewards"], state.extra, {}
+    if curiosity is not None:
+      r_int, extra, cm = curiosity.intrinsic(state.params, extra, traj)
+      rewards = rewards + jax.lax.stop_gradient(r_int)
+    adv, ret = gae(rewards, traj["values"], traj["dones"], last_value, config.gamma,
+                   config.gae_lambda)
+    flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in traj.items()}
+    flat.update(advantages=adv.reshape(-1), returns=ret.reshape(-1))
+
+    def minibatch(carry, mb):
+      params, opt_state = carry
+      (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, extra, mb)
+      updates, opt_state = optimizer.update(grads, opt_state, params)
+      return (optax.apply_updates(params, updates), opt_state), m
+
+    params, opt_state, ms = state.params, state.opt_state, []
+    for _ in range(config.update_epochs):
+      key, sub = jax.random.split(key)
+      order = jax.random.permutation(sub, config.num_envs * config.num_steps)
+      for i in range(config.num_minibatches):
+        rows = order[i * config.minibatch_size:(i + 1) * config.minibatch_size]
+        (params, opt_state), m = minibatch((params, opt_state),
+                                           jax.tree.map(lambda x: x[rows], flat))
+        ms.append(m)
+    m = jax.tree.map(lambda *x: jnp.stack(x), *ms)
+    if curiosity is not None:
+      extra = curiosity.after_update(params, extra, state.update + 1)
+    metrics = {k: jnp.mean(v) for k, v in m.items()}
+    metrics.update({k: jnp.mean(v) for k, v in cm.items()})
+    metrics.update(reward=jnp.mean(traj["rewards"]), episodes=jnp.sum(traj["dones"]),
+                   successes=jnp.sum(traj["success"]))
+    return RunnerState(params, opt_state, timestep, extra, key, state.update + 1), metrics
+
+  return update
+
+
+@functools.partial(jax.jit, static_argnames=("update",), donate_argnums=(1,))
+def _one_update(update: Callable, state: RunnerState):
+  return update(state)
+
+
+@functools.partial(jax.jit, static_argnames=("update", "num_updates"), donate_argnums=(1,))
+def _scanned_updates(update: Callable, state: RunnerState, num_updates: int):
+  return jax.lax.scan(lambda s, _: update(s), state, None, num_updates)
+
+
+def run_updates(update: Callable, state: RunnerState, num_updates: int,
+                scan: bool | None = None) -> tuple[RunnerState, dict[str, Array]]:
+  """`num_updates` updates; metrics stacked (num_updates,).
+
+  scan=True runs them in one jitted `lax.scan` (purejaxrl's form, right on GPU/TPU);
+  False calls one jitted update per iteration from Python. None picks False on CPU:
+  there XLA runs the convolutions and gradients inside a loop body about 9x slower
+  (3.2 s vs 0.37 s per update of 16 x 128 DoorKey steps, measured), while the
+  dispatch of one call per update costs microseconds.
+  """
+  if scan is None:
+    scan = jax.default_backend() != "cpu"
+  if scan:
+    return _scanned_updates(update, state, num_updates)
+  rows = []
+  for _ in range(num_updates):
+    state, m = _one_update(update, state)
+    rows.append(m)
+  return state, jax.tree.map(lambda *x: jnp.stack(x), *rows)
+
+
+class TrainResult(NamedTuple):
+  state: RunnerState
+  history: list   # one dict per update of the whole run (from metrics.jsonl)
+
+
+def train(update: Callable, init_state: Callable[[], RunnerState], num_updates: int,
+          workdir: str, chunk: int = 10, keep: int = 2, log: bool = True) -> TrainResult:
+  """Runs `num_updates` updates in jitted chunks, checkpointing after each chunk.
+
+  A run in a workdir with checkpoints resumes from the newest one (the whole
+  `RunnerState`: parameters, optimizer, environments, curiosity state, key), so an
+  interrupted run ends with the state of an uninterrupted one. Metrics of every
+  update go to workdir/metrics.jsonl and TensorBoard event files.
+  """
+  checks.positive_int("num_updates", num_updates)
+  checks.positive_int("chunk", chunk)
+  os.makedirs(workdir, exist_ok=True)
+  abstract = jax.eval_shape(init_state)
+  manager = checkpoint_lib.make_manager(os.path.join(workdir, "checkpoints"), keep=keep)
+  step, restored = checkpoint_lib.restore_newest(manager, abstract)
+  state = restored if step is not None else init_state()
+  done = int(state.update)
+  with metrics_lib.MetricsWriter(workdir, enabled=log, purge_after_step=done) as writer:
+    while done < num_updates:
+      n = min(chunk, num_updates - done)
+      state, m = run_updates(update, state, n)
+      m = jax.tree.map(np.asarray, m)
+      for i in range(n):
+        writer.write_scalars(done + i + 1, {k: float(v[i]) for k, v in m.items()})
+      done += n
+      checkpoint_lib.save(manager, done, state)
+  manager.wait_until_finished()
+  history = metrics_lib.read_metrics_jsonl(os.path.join(workdir, metrics_lib.METRICS_FILENAME)) \
+      if log else []
+  return TrainResult(state, history)
+
+
+def episode_success_rate(history: list, window: int) -> float:
+  """Successes / finished episodes over the last `window` updates (nan if none ended)."""
+  rows = history[-window:]
+  episodes = sum(r["episodes"] for r in rows)
+  return sum(r["successes"] for r in rows) / episodes if episodes else math.nan
