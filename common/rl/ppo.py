@@ -157,7 +157,8 @@ class Curiosity(NamedTuple):
     (traj: obs (T, N, ...), actions, next_obs, dones); its gradient is not used.
   aux_loss(params, extra, minibatch) -> (loss, metrics): added to the PPO loss
     (minibatch: flat obs, actions, next_obs, dones).
-  after_update(params, extra, update) -> extra: e.g. an EMA target or a re-init.
+  after_update(params, extra, update) -> (params, extra): e.g. an EMA target update or
+    re-initialising part of the curiosity model every K updates.
   """
   intrinsic: Callable
   aux_loss: Callable
@@ -259,7 +260,7 @@ def make_update(env: Env, apply_fn: Callable, config: PPOConfig,
         ms.append(m)
     m = jax.tree.map(lambda *x: jnp.stack(x), *ms)
     if curiosity is not None:
-      extra = curiosity.after_update(params, extra, state.update + 1)
+      params, extra = curiosity.after_update(params, extra, state.update + 1)
     metrics = {k: jnp.mean(v) for k, v in m.items()}
     metrics.update({k: jnp.mean(v) for k, v in cm.items()})
     metrics.update(reward=jnp.mean(traj["rewards"]), episodes=jnp.sum(traj["dones"]),

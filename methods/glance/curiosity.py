@@ -1,0 +1,333 @@
+"""GLANCE's curiosity and the baselines' intrinsic rewards, as `common.rl.ppo.Curiosity` hooks.
+
+Parameters are {"policy": ActorCritic params, "curiosity": the model's params}; the
+curiosity state `extra` holds the EMA target encoder, the intrinsic reward's running
+normaliser and a key. With f = the policy's online encoder (`GridEncoder`), f_bar its
+EMA target (f_bar <- tau f_bar + (1 - tau) f after every update), s, a, s' a transition:
+
+GLANCE (`glance`):
+    world model:  y_hat = Dec(f(s), a)        six description tokens of s', decoded in
+                                               order (`language.SLOTS`)
+    language:     L_lang = CE(y_hat, describe(s'))   (teacher-forced)
+    grounding:    L = || g(p)/|g(p)| - sg(y/|y|) ||^2,   y = f_bar(s'),
+                  p = the greedy decoding's per-slot probabilities
+    curiosity:    r_int = beta * L / sigma,   sigma = running std of L (EMA)
+    every K updates the projector g is re-initialised (against curiosity drain).
+    `bottleneck=False` (ablation) predicts the target embedding from (f(s), a) directly.
+
+BYOL-Explore (`byol`): the same normalised error as L (= 2 - 2 cos) of a vision-only
+predictor P(f(s), a) against f_bar(s'); no re-initialisation.
+
+RND: r_int = ||P(s') - T(s')||^2 with T a fixed random encoder.
+
+ICM: phi an encoder trained by the inverse model (predict a from phi(s), phi(s'));
+forward model F(phi(s), a); r_int = 0.5 ||F - sg(phi(s'))||^2.
+
+Every r_int is divided by the running RMS of the raw intrinsic reward, multiplied by
+beta, and set to 0 on transitions that end an episode (their s' is the next episode's
+first view).
+
+Example:
+    >>> cur, params, extra = make_curiosity("glance", spec, policy_params, key, beta=0.1)
+    >>> update = ppo.make_update(env, apply_fn, config, optimizer, cur)
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from common import checks
+from common.rl.ppo import Curiosity
+from methods.glance import language
+from methods.glance.networks import GridEncoder
+
+METHODS = ("none", "glance", "glance_no_bottleneck", "glance_no_reinit", "byol", "rnd",
+           "icm")
+
+
+class CuriosityConfig(NamedTuple):
+  beta: float = 0.1            # intrinsic reward scale (>= 0)
+  tau: float = 0.99            # EMA of the target encoder
+  reinit_every: int = 50       # K updates between projector re-initialisations (0: never)
+  lang_weight: float = 1.0     # weight of the language cross-entropy
+  aux_weight: float = 1.0      # weight of the curiosity model's losses in the PPO loss
+  norm_momentum: float = 0.9   # EMA (per update) of the intrinsic reward's second moment
+
+
+def _mlp(x, features, name):
+  return nn.Dense(features[-1], name=f"{name}_out")(
+      nn.relu(nn.Dense(features[0], name=f"{name}_hidden")(x)))
+
+
+class WorldModel(nn.Module):
+  """The linguistic world model and the projector g (module docstring)."""
+  num_actions: int
+  embed: int = 128
+  hidden: int = 128
+
+  def setup(self):
+    self.action = nn.Embed(self.num_actions, 32)
+    self.start = nn.Dense(self.hidden)
+    self.cell = nn.GRUCell(self.hidden)
+    self.heads = [nn.Dense(n) for n in language.SLOT_SIZES]
+    self.tokens = [nn.Embed(n, self.hidden) for n in language.SLOT_SIZES]
+    self.projector = Projector(self.embed)
+
+  def decode(self, h, action, targets=None):
+    """Per-slot logits; slot k reads slot k-1's token (the target's when given,
+    else the argmax)."""
+    carry = jnp.tanh(self.start(jnp.concatenate([h, self.action(action)], -1)))
+    x, out = jnp.zeros_like(carry), []
+    for k in range(len(language.SLOT_SIZES)):
+      carry, y = self.cell(carry, x)
+      logits = self.heads[k](y)
+      out.append(logits)
+      token = targets[..., k] if targets is not None else jnp.argmax(logits, -1)
+      x = self.tokens[k](token)
+    return out
+
+  def __call__(self, h, action, targets):
+    teacher = self.decode(h, action, targets)
+    greedy = self.decode(h, action)
+    probs = jnp.concatenate([jax.nn.softmax(l) for l in greedy], -1)
+    return teacher, self.projector(probs)
+
+
+class Projector(nn.Module):
+  embed: int = 128
+
+  @nn.compact
+  def __call__(self, x):
+    return _mlp(x, (128, self.embed), "g")
+
+
+class VisionPredictor(nn.Module):
+  """P(f(s), a) -> an embedding (BYOL-Explore, the no-bottleneck ablation, ICM's F)."""
+  num_actions: int
+  embed: int = 128
+
+  @nn.compact
+  def __call__(self, h, action):
+    x = jnp.concatenate([h, nn.Embed(self.num_actions, 32)(action)], -1)
+    return Projector(self.embed, name="projector")(x)
+
+
+def normalised_error(pred, target):
+  """|| p/|p| - sg(t/|t|) ||^2 = 2 - 2 cos(p, t), per row."""
+  p = pred / (jnp.linalg.norm(pred, axis=-1, keepdims=True) + 1e-8)
+  t = jax.lax.stop_gradient(target / (jnp.linalg.norm(target, axis=-1, keepdims=True) + 1e-8))
+  return jnp.sum((p - t) ** 2, axis=-1)
+
+
+def ema(target, online, tau: float):
+  """tau * target + (1 - tau) * online, leaf by leaf."""
+  return jax.tree.map(lambda t, o: tau * t + (1.0 - tau) * o, target, online)
+
+
+def _encode(policy_params, obs):
+  return GridEncoder().apply({"params": policy_params["encoder"]}, obs)
+
+
+def _normalise(raw, dones, extra, config: CuriosityConfig):
+  """beta * raw / running RMS, 0 where the transition ended an episode (those are
+  also left out of the RMS: their s' is a fresh episode's first view)."""
+  keep = 1.0 - dones.astype(raw.dtype)
+  batch = jnp.sum(raw ** 2 * keep) / jnp.maximum(jnp.sum(keep), 1.0)
+  m2 = config.norm_momentum * extra["m2"] + (1 - config.norm_momentum) * batch
+  m2 = jnp.where(extra["m2"] == 0, batch, m2)
+  r = config.beta * raw / (jnp.sqrt(m2) + 1e-8) * keep
+  return r, {**extra, "m2": m2}
+
+
+def make_curiosity(method: str, num_actions: int, policy_params: Any, key: jax.Array,
+                   config: CuriosityConfig = CuriosityConfig()
+                   ) -> tuple[Curiosity | None, Any, Any]:
+  """(hooks, params {"policy", "curiosity"}, extra) for `method` (one of METHODS).
+
+  Raises:
+    ValueError: an unknown method, beta < 0, tau outside [0, 1).
+  """
+  if method not in METHODS:
+    raise ValueError(f"unknown curiosity method {method!r}; expected one of {METHODS}")
+  checks.scalar("beta", config.beta, strict=False)
+  checks.scalar("tau", config.tau, strict=False, high=0.999999)
+  if method == "none":
+    return None, {"policy": policy_params, "curiosity": {}}, {}
+  builders = {"glance": _glance, "glance_no_reinit": _glance,
+              "glance_no_bottleneck": _vision, "byol": _vision, "rnd": _rnd, "icm": _icm}
+  return builders[method](method, num_actions, policy_params, key, config)
+
+
+def _target_extra(policy_params, key):
+  return {"target": jax.tree.map(jnp.array, policy_params["encoder"]),
+          "m2": jnp.zeros(()), "key": key}
+
+
+def _after_update(config: CuriosityConfig, reinit: Any = None):
+  """EMA target update, then (every K updates) re-initialisation of the projector."""
+  def after(params, extra, update):
+    extra = {**extra, "target": ema(extra["target"], params["policy"]["encoder"], config.tau)}
+    if reinit is None or not config.reinit_every:
+      return params, extra
+    key, sub = jax.random.split(extra["key"])
+    fresh = reinit(sub)
+    due = (update % config.reinit_every) == 0
+    cur = dict(params["curiosity"])
+    cur["projector"] = jax.tree.map(lambda new, old: jnp.where(due, new, old), fresh,
+                                    cur["projector"])
+    return {**params, "curiosity": cur}, {**extra, "key": key}
+  return after
+
+
+def _flat(traj):
+  lead = traj["actions"].shape
+  return {k: traj[k].reshape((-1,) + traj[k].shape[len(lead):])
+          for k in ("obs", "actions", "next_obs", "dones")}, lead
+
+
+def _glance(method, num_actions, policy_params, key, config):
+  model = WorldModel(num_actions)
+  h0 = jnp.zeros((1, 128))
+  init = model.init(key, h0, jnp.zeros((1,), jnp.int32), jnp.zeros((1, 6), jnp.int32))["params"]
+  params = {"policy": policy_params, "curiosity": {"model": {k: v for k, v in init.items()
+                                                           if k != "projector"},
+                                                   "projector": init["projector"]}}
+
+  def errors(params, extra, batch):
+    h = _encode(params["policy"], batch["obs"])
+    targets = language.describe(batch["next_obs"])
+    wm = {**params["curiosity"]["model"], "projector": params["curiosity"]["projector"]}
+    teacher, g = model.apply({"params": wm}, h, batch["actions"], targets)
+    ce = sum(jnp.mean(-jnp.take_along_axis(jax.nn.log_softmax(l), targets[:, k:k + 1], -1))
+             for k, l in enumerate(teacher))
+    y = _encode({"encoder": extra["target"]}, batch["next_obs"])
+    return normalised_error(g, y), ce
+
+  def aux_loss(params, extra, mb):
+    err, ce = errors(params, extra, mb)
+    mask = 1.0 - mb["dones"].astype(err.dtype)
+    ground = jnp.sum(err * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    return config.aux_weight * (ground + config.lang_weight * ce), {
+        "grounding_loss": ground, "language_ce": ce}
+
+  def intrinsic(params, extra, traj):
+    flat, lead = _flat(traj)
+    err, _ = errors(params, extra, flat)
+    r, extra = _normalise(err.reshape(lead), traj["dones"], extra, config)
+    return r, extra, {"intrinsic": jnp.mean(r), "raw_intrinsic": jnp.mean(err)}
+
+  reinit = None if method == "glance_no_reinit" else (
+      lambda k: model.init(k, h0, jnp.zeros((1,), jnp.int32),
+                           jnp.zeros((1, 6), jnp.int32))["params"]["projector"])
+  return (Curiosity(intrinsic, aux_loss, _after_update(config, reinit)), params,
+          _target_extra(policy_params, key))
+
+
+def _vision(method, num_actions, policy_params, key, config):
+  """BYOL-Explore, or GLANCE without the linguistic bottleneck (re-initialised)."""
+  model = VisionPredictor(num_actions)
+  init = model.init(key, jnp.zeros((1, 128)), jnp.zeros((1,), jnp.int32))["params"]
+  params = {"policy": policy_params, "curiosity": {"model": {k: v for k, v in init.items()
+                                                           if k != "projector"},
+                                                   "projector": init["projector"]}}
+
+  def errors(params, extra, batch):
+    h = _encode(params["policy"], batch["obs"])
+    p = model.apply({"params": {**params["curiosity"]["model"],
+                                "projector": params["curiosity"]["projector"]}},
+                    h, batch["actions"])
+    return normalised_error(p, _encode({"encoder": extra["target"]}, batch["next_obs"]))
+
+  def aux_loss(params, extra, mb):
+    err = errors(params, extra, mb)
+    mask = 1.0 - mb["dones"].astype(err.dtype)
+    loss = jnp.sum(err * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    return config.aux_weight * loss, {"prediction_loss": loss}
+
+  def intrinsic(params, extra, traj):
+    flat, lead = _flat(traj)
+    err = errors(params, extra, flat)
+    r, extra = _normalise(err.reshape(lead), traj["dones"], extra, config)
+    return r, extra, {"intrinsic": jnp.mean(r), "raw_intrinsic": jnp.mean(err)}
+
+  reinit = None if method == "byol" else (
+      lambda k: model.init(k, jnp.zeros((1, 128)), jnp.zeros((1,), jnp.int32))["params"]
+      ["projector"])
+  return (Curiosity(intrinsic, aux_loss, _after_update(config, reinit)), params,
+          _target_extra(policy_params, key))
+
+
+def _rnd(method, num_actions, policy_params, key, config):
+  del method, num_actions
+  enc = GridEncoder(64)
+  k1, k2 = jax.random.split(key)
+  dummy = jnp.zeros((1, 7, 7, 2), jnp.uint8)
+  params = {"policy": policy_params,
+            "curiosity": {"predictor": enc.init(k1, dummy)["params"]}}
+  extra = {"random_target": enc.init(k2, dummy)["params"], "m2": jnp.zeros(()), "key": key}
+
+  def errors(params, extra, obs):
+    p = enc.apply({"params": params["curiosity"]["predictor"]}, obs)
+    t = jax.lax.stop_gradient(enc.apply({"params": extra["random_target"]}, obs))
+    return jnp.sum((p - t) ** 2, -1)
+
+  def aux_loss(params, extra, mb):
+    loss = jnp.mean(errors(params, extra, mb["next_obs"]))
+    return config.aux_weight * loss, {"rnd_loss": loss}
+
+  def intrinsic(params, extra, traj):
+    flat, lead = _flat(traj)
+    err = errors(params, extra, flat["next_obs"])
+    r, extra = _normalise(err.reshape(lead), traj["dones"], extra, config)
+    return r, extra, {"intrinsic": jnp.mean(r), "raw_intrinsic": jnp.mean(err)}
+
+  return Curiosity(intrinsic, aux_loss, lambda p, e, u: (p, e)), params, extra
+
+
+class _ICM(nn.Module):
+  num_actions: int
+
+  @nn.compact
+  def __call__(self, obs, next_obs, action):
+    enc = GridEncoder(64, name="phi")
+    phi, phi_next = enc(obs), enc(next_obs)
+    inverse = _mlp(jnp.concatenate([phi, phi_next], -1), (128, self.num_actions), "inverse")
+    a = nn.Embed(self.num_actions, 32, name="action")(action)
+    forward = _mlp(jnp.concatenate([jax.lax.stop_gradient(phi), a], -1), (128, 64), "forward")
+    return inverse, forward, phi_next
+
+
+def _icm(method, num_actions, policy_params, key, config):
+  del method
+  model = _ICM(num_actions)
+  dummy = jnp.zeros((1, 7, 7, 2), jnp.uint8)
+  params = {"policy": policy_params,
+            "curiosity": model.init(key, dummy, dummy, jnp.zeros((1,), jnp.int32))["params"]}
+
+  def parts(params, batch):
+    inverse, forward, phi_next = model.apply({"params": params["curiosity"]}, batch["obs"],
+                                             batch["next_obs"], batch["actions"])
+    err = 0.5 * jnp.sum((forward - jax.lax.stop_gradient(phi_next)) ** 2, -1)
+    ce = -jnp.take_along_axis(jax.nn.log_softmax(inverse), batch["actions"][:, None], -1)[:, 0]
+    return err, ce
+
+  def aux_loss(params, extra, mb):
+    err, ce = parts(params, mb)
+    mask = 1.0 - mb["dones"].astype(err.dtype)
+    inv = jnp.sum(ce * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    fwd = jnp.sum(err * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    return config.aux_weight * (0.8 * inv + 0.2 * fwd), {"inverse_loss": inv,
+                                                         "forward_loss": fwd}
+
+  def intrinsic(params, extra, traj):
+    flat, lead = _flat(traj)
+    err, _ = parts(params, flat)
+    r, extra = _normalise(err.reshape(lead), traj["dones"], extra, config)
+    return r, extra, {"intrinsic": jnp.mean(r), "raw_intrinsic": jnp.mean(err)}
+
+  return (Curiosity(intrinsic, aux_loss, lambda p, e, u: (p, e)), params,
+          {"m2": jnp.zeros(()), "key": key})
