@@ -301,19 +301,31 @@ def run_updates(update: Callable, state: RunnerState, num_updates: int,
   return state, jax.tree.map(lambda *x: jnp.stack(x), *rows)
 
 
+@functools.lru_cache(maxsize=None)
+def _vmapped(update: Callable) -> Callable:
+  """One vmapped copy per update function, so jit's cache sees the same callable."""
+  return jax.vmap(update)
+
+
 class TrainResult(NamedTuple):
   state: RunnerState
   history: list   # one dict per update of the whole run (from metrics.jsonl)
 
 
 def train(update: Callable, init_state: Callable[[], RunnerState], num_updates: int,
-          workdir: str, chunk: int = 10, keep: int = 2, log: bool = True) -> TrainResult:
+          workdir: str, chunk: int = 10, keep: int = 2, log: bool = True,
+          num_seeds: int | None = None) -> TrainResult:
   """Runs `num_updates` updates in jitted chunks, checkpointing after each chunk.
 
   A run in a workdir with checkpoints resumes from the newest one (the whole
   `RunnerState`: parameters, optimizer, environments, curiosity state, key), so an
   interrupted run ends with the state of an uninterrupted one. Metrics of every
   update go to workdir/metrics.jsonl and TensorBoard event files.
+
+  With num_seeds = S, `init_state()` returns S runner states stacked on a leading axis
+  (e.g. `jax.vmap(init)` over S keys) and every update is vmapped over them: S
+  independent runs in one program (purejaxrl's seeds-in-parallel). Each metric is
+  then logged as its mean over seeds and per seed as "<name>/<seed>".
   """
   checks.positive_int("num_updates", num_updates)
   checks.positive_int("chunk", chunk)
@@ -322,14 +334,21 @@ def train(update: Callable, init_state: Callable[[], RunnerState], num_updates: 
   manager = checkpoint_lib.make_manager(os.path.join(workdir, "checkpoints"), keep=keep)
   step, restored = checkpoint_lib.restore_newest(manager, abstract)
   state = restored if step is not None else init_state()
-  done = int(state.update)
+  done = int(np.max(np.asarray(state.update)))
+  if num_seeds is not None:
+    checks.positive_int("num_seeds", num_seeds)
+    update = _vmapped(update)
   with metrics_lib.MetricsWriter(workdir, enabled=log, purge_after_step=done) as writer:
     while done < num_updates:
       n = min(chunk, num_updates - done)
       state, m = run_updates(update, state, n)
       m = jax.tree.map(np.asarray, m)
       for i in range(n):
-        writer.write_scalars(done + i + 1, {k: float(v[i]) for k, v in m.items()})
+        row = {k: float(np.mean(v[i])) for k, v in m.items()}
+        if num_seeds is not None:
+          row.update({f"{k}/{j}": float(v[i, j]) for k, v in m.items()
+                      for j in range(v.shape[1])})
+        writer.write_scalars(done + i + 1, row)
       done += n
       checkpoint_lib.save(manager, done, state)
   manager.wait_until_finished()

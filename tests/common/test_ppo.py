@@ -98,3 +98,20 @@ def test_an_interrupted_run_resumes_exactly(empty_task, tmp_path):
   for x, y in zip(jax.tree.leaves(whole.state), jax.tree.leaves(resumed.state)):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
   assert [r["reward"] for r in whole.history] == [r["reward"] for r in resumed.history]
+
+
+def test_seeds_in_parallel_equal_separate_runs(empty_task, tmp_path):
+  env, apply_fn, params = empty_task
+  config = ppo.PPOConfig(num_envs=4, num_steps=16, update_epochs=1, num_minibatches=2)
+  opt = ppo.make_optimizer(config, 2)
+  update = ppo.make_update(env, apply_fn, config, opt)
+  keys = jax.random.split(jax.random.PRNGKey(3), 2)
+  init = lambda k: ppo.init_runner(env, params, config, opt, k)
+  both = ppo.train(update, lambda: jax.vmap(init)(keys), 2, str(tmp_path / "v"), chunk=2,
+                   num_seeds=2)
+  for i in range(2):
+    alone = ppo.train(update, lambda: init(keys[i]), 2, str(tmp_path / f"s{i}"), chunk=2)
+    for x, y in zip(jax.tree.leaves(alone.state.params), jax.tree.leaves(both.state.params)):
+      np.testing.assert_allclose(np.asarray(x), np.asarray(y)[i], rtol=1e-4, atol=1e-5)
+    assert both.history[-1][f"reward/{i}"] == pytest.approx(alone.history[-1]["reward"],
+                                                            rel=1e-4, abs=1e-6)
