@@ -94,7 +94,8 @@ class WorldModel(nn.Module):
     teacher = self.decode(h, action, targets)
     greedy = self.decode(h, action)
     probs = jnp.concatenate([jax.nn.softmax(l) for l in greedy], -1)
-    return teacher, self.projector(probs)
+    tokens = jnp.stack([jnp.argmax(l, -1) for l in greedy], -1)
+    return teacher, self.projector(probs), tokens
 
 
 class Projector(nn.Module):
@@ -201,14 +202,15 @@ def _glance(method, num_actions, policy_params, key, config):
     h = _encode(params["policy"], batch["obs"])
     targets = language.describe(batch["next_obs"])
     wm = {**params["curiosity"]["model"], "projector": params["curiosity"]["projector"]}
-    teacher, g = model.apply({"params": wm}, h, batch["actions"], targets)
+    teacher, g, tokens = model.apply({"params": wm}, h, batch["actions"], targets)
     ce = sum(jnp.mean(-jnp.take_along_axis(jax.nn.log_softmax(l), targets[:, k:k + 1], -1))
              for k, l in enumerate(teacher))
     y = _encode({"encoder": extra["target"]}, batch["next_obs"])
-    return normalised_error(g, y), ce
+    wrong = jnp.sum(tokens != targets, -1).astype(jnp.float32)
+    return normalised_error(g, y), ce, wrong
 
   def aux_loss(params, extra, mb):
-    err, ce = errors(params, extra, mb)
+    err, ce, _ = errors(params, extra, mb)
     mask = 1.0 - mb["dones"].astype(err.dtype)
     ground = jnp.sum(err * mask) / jnp.maximum(jnp.sum(mask), 1.0)
     return config.aux_weight * (ground + config.lang_weight * ce), {
@@ -216,9 +218,12 @@ def _glance(method, num_actions, policy_params, key, config):
 
   def intrinsic(params, extra, traj):
     flat, lead = _flat(traj)
-    err, _ = errors(params, extra, flat)
+    err, _, wrong = errors(params, extra, flat)
     r, extra = _normalise(err.reshape(lead), traj["dones"], extra, config)
-    return r, extra, {"intrinsic": jnp.mean(r), "raw_intrinsic": jnp.mean(err)}
+    # "wrong_slots" (T, N): slots of the greedy description of s' that are wrong
+    # (make_update logs its mean; the analysis reads it per transition).
+    return r, extra, {"intrinsic": jnp.mean(r), "raw_intrinsic": jnp.mean(err),
+                      "wrong_slots": wrong.reshape(lead)}
 
   reinit = None if method == "glance_no_reinit" else (
       lambda k: model.init(k, h0, jnp.zeros((1,), jnp.int32),
