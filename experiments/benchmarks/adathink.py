@@ -84,6 +84,7 @@ import numpy as np
 import optax
 
 from common import config as config_lib
+from experiments.benchmarks import cpu_model
 from common import lm as lm_lib
 from common import sharding
 from common import train as train_lib
@@ -381,12 +382,8 @@ def _versions(torch_threads, with_tunix):
   import transformers
   import trl
 
-  cpu = platform.processor() or platform.machine()
-  if os.path.exists("/proc/cpuinfo"):
-    with open("/proc/cpuinfo") as f:
-      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    cpu = names[0] if names else cpu
-  return (f"CPU {cpu} ({os.cpu_count()} cores), load average "
+  cpu = cpu_model()
+  return (f"CPU {cpu}, load average "
           f"{tuple(round(x, 2) for x in os.getloadavg())}; python "
           f"{platform.python_version()}, jax {jax.__version__}, flax {flax.__version__}, "
           f"optax {optax.__version__}, torch {torch.__version__} ({torch_threads} threads), "

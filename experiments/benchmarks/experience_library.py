@@ -54,6 +54,7 @@ import jax
 import numpy as np
 
 from common import config as config_lib
+from experiments.benchmarks import cpu_model
 from common import lm as lm_lib
 from common import llm
 from common.data import text
@@ -184,14 +185,10 @@ def _print_table(rounds: dict, c: int) -> None:
 
 
 def _versions() -> str:
-  cpu = platform.processor() or platform.machine()
-  if os.path.exists("/proc/cpuinfo"):
-    with open("/proc/cpuinfo") as f:
-      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    cpu = names[0] if names else cpu
+  cpu = cpu_model()
   packages = ", ".join(f"{p} {importlib.metadata.version(p)}"
                        for p in ("flax", "fastapi", "starlette", "uvicorn", "pydantic", "httpx"))
-  return (f"CPU {cpu} ({os.cpu_count()} cores), load average "
+  return (f"CPU {cpu}, load average "
           f"{tuple(round(x, 2) for x in os.getloadavg())}; python {platform.python_version()}, "
           f"jax {jax.__version__}, {packages}")
 

@@ -22,7 +22,6 @@ fused / separate.
 from __future__ import annotations
 
 import functools
-import os
 import platform
 import statistics
 import time
@@ -35,6 +34,7 @@ import numpy as np
 
 from common import config as config_lib
 from common.models import sampling
+from experiments.benchmarks import cpu_model
 from common.models import transformer
 from experiments.configs import fusion_route as configs
 from methods.fusion_route import combine
@@ -118,20 +118,12 @@ def measure(ens, params, batch: int, n: int, repeats: int) -> dict[str, float]:
   return {name: batch * n / _median(fn, repeats) for name, fn in sides.items()}
 
 
-def cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-  except (OSError, StopIteration):
-    return platform.processor() or platform.machine()
-
-
 def main(argv):
   config_lib.parse_flags_or_die(FLAGS, argv)
   config = configs.get_config(FLAGS.preset)
   ens, params = setup(config)
   sizes = [sum(x.size for x in jax.tree.leaves(p)) for p in params["experts"]]
-  print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs, "
+  print(f"machine: {cpu_model()}, "
         f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), jax "
         f"{jax.__version__}, numpy {np.__version__}, python {platform.python_version()}")
   print(f"E = {len(sizes)} experts of {sizes[0]} parameters, router of "

@@ -22,7 +22,6 @@ SB3 and minigrid come from the `bench` extra.
 
 from __future__ import annotations
 
-import os
 import platform
 import statistics
 import time
@@ -35,6 +34,7 @@ import numpy as np
 
 from common import config as config_lib
 from common.rl import ppo
+from experiments.benchmarks import cpu_model
 from methods.glance import envs, networks
 
 FLAGS = flags.FLAGS
@@ -133,19 +133,11 @@ def sb3_success(model, vec, episodes: int = 200) -> float:
   return wins / done_count
 
 
-def _cpu() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-  except (OSError, StopIteration):
-    return platform.processor() or platform.machine()
-
-
 def main(argv):
   config_lib.parse_flags_or_die(FLAGS, argv)
   import stable_baselines3
   import torch
-  print(f"machine: {_cpu()}, {os.cpu_count()} CPUs; jax {jax.__version__}, torch "
+  print(f"machine: {cpu_model()}; jax {jax.__version__}, torch "
         f"{torch.__version__}, stable-baselines3 {stable_baselines3.__version__}, python "
         f"{platform.python_version()}; DoorKey-{FLAGS.env_size}x{FLAGS.env_size}, "
         f"{NUM_ENVS} envs x {NUM_STEPS} steps")
