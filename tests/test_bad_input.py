@@ -677,8 +677,13 @@ def _fr_router(vocab=32, d=8, e=2):
 
 
 def _fr_config(**overrides):
-  from experiments.configs import fusion_route as fr_configs
-  config = fr_configs.get_config("tiny")
+  return _tiny_config("fusion_route", **overrides)
+
+
+def _tiny_config(name: str, **overrides):
+  """The experiment's tiny config with `overrides` ("key" or "group.key": value)."""
+  import importlib
+  config = importlib.import_module(f"experiments.configs.{name}").get_config("tiny")
   for key, value in overrides.items():
     head, _, tail = key.partition(".")
     if tail:
@@ -727,6 +732,49 @@ ROWS_FUSION_ROUTE = [
 ]
 
 
+def _glance_validate(**overrides):
+  from experiments.configs import glance as glance_configs
+  glance_configs.validate(_tiny_config("glance", **overrides))
+
+
+def _glance_curiosity(**settings):
+  from methods.glance import curiosity
+  return curiosity.make_curiosity("glance", 6, {}, jax.random.PRNGKey(0),
+                                  curiosity.CuriosityConfig(**settings))
+
+
+def _glance_env(name, observation="symbolic"):
+  from methods.glance import envs as glance_envs
+  return glance_envs.make_env(name, observation)
+
+
+ROWS_GLANCE = [
+    Case("glance/unknown_environment", lambda: _glance_env("MiniGrid-Nope"), ValueError,
+         r"unknown environment 'MiniGrid-Nope'; expected one of .*MiniGrid-DoorKey-5x5"),
+    Case("glance/config_unknown_environment",
+         lambda: _glance_validate(envs=("MiniGrid-DoorKey-5x5", "DoorKey")),
+         config_lib.ConfigError, r"config.envs=.*DoorKey.*xminigrid environment names "
+         r"\(valid: .*MiniGrid-MemoryS8"),
+    Case("glance/rollout_not_divisible_into_minibatches",
+         lambda: rl.ppo.PPOConfig(num_envs=3, num_steps=5, num_minibatches=4), ValueError,
+         r"num_envs x num_steps = 3 x 5 = 15 transitions does not split into "
+         r"num_minibatches=4"),
+    Case("glance/config_rollout_not_divisible",
+         lambda: _glance_validate(**{"ppo.num_minibatches": 3}), config_lib.ConfigError,
+         r"config.ppo.num_minibatches=3 .*a divisor of ppo.num_envs x ppo.num_steps = 128"),
+    Case("glance/negative_beta", lambda: _glance_curiosity(beta=-0.1), ValueError,
+         r"beta must be finite and >= 0, got -0.1"),
+    Case("glance/config_negative_beta", lambda: _glance_validate(**{"curiosity.beta": -1.0}),
+         config_lib.ConfigError, r"config.curiosity.beta=-1.0 .*a number >= 0"),
+    Case("glance/image_observations",
+         lambda: _glance_env("MiniGrid-DoorKey-5x5", "image"), ValueError,
+         r"observation='image': MiniGrid-DoorKey-5x5 has no image observations"),
+    Case("glance/config_image_observations", lambda: _glance_validate(observation="image"),
+         config_lib.ConfigError, r"config.observation='image' .*MiniGrid-DoorKey-5x5 give "
+         r"the agent no image observations"),
+]
+
+
 def configs_validate_fr(config):
   from experiments.configs import fusion_route as fr_configs
   fr_configs.validate(config)
@@ -734,7 +782,7 @@ def configs_validate_fr(config):
 
 CASES: list[Case] = [*ROWS_RUNS, *ROWS_LOADERS, *ROWS_LM, *ROWS_REGRESSION_FLOWS,
                       *ROWS_SAMPLERS_GRAPHS, *ROWS_RL, *ROWS_LLM, *ROWS_LLM_METHODS,
-                      *ROWS_FUSION_ROUTE]
+                      *ROWS_FUSION_ROUTE, *ROWS_GLANCE]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

@@ -308,21 +308,30 @@ def run_updates(update: Callable, state: RunnerState, num_updates: int,
   for _ in range(num_updates):
     state, m = _one_update(update, state)
     rows.append(m)
-  return state, jax.tree.map(lambda *x: jnp.stack(x), *rows)
+  return state, _stack(rows)
+
+
+@jax.jit
+def _take(tree, i):
+  return jax.tree.map(lambda x: x[i], tree)
+
+
+@functools.partial(jax.jit, static_argnames=("axis",))
+def _stack(trees, axis: int = 0):
+  return jax.tree.map(lambda *x: jnp.stack(x, axis=axis), *trees)
 
 
 def _seed_by_seed(update, state, num_updates: int, num_seeds: int):
   seeds, rows = [], []
   for i in range(num_seeds):
-    s = jax.tree.map(lambda x: x[i], state)
+    s = _take(state, i)
     ms = []
     for _ in range(num_updates):
       s, m = _one_update(update, s)
       ms.append(m)
     seeds.append(s)
-    rows.append(jax.tree.map(lambda *x: jnp.stack(x), *ms))
-  return (jax.tree.map(lambda *x: jnp.stack(x), *seeds),
-          jax.tree.map(lambda *x: jnp.stack(x, axis=1), *rows))
+    rows.append(_stack(ms))
+  return _stack(seeds), _stack(rows, axis=1)
 
 
 @functools.lru_cache(maxsize=None)

@@ -27,7 +27,7 @@ BASE = dict(
              learning_rate=2.5e-4, anneal_lr=True),
     num_updates=40,
     chunk=10,
-    curiosity=dict(beta=0.1, tau=0.99, reinit_every=20, lang_weight=1.0, aux_weight=1.0,
+    curiosity=dict(beta=0.01, tau=0.99, reinit_every=20, lang_weight=1.0, aux_weight=1.0,
                    norm_momentum=0.9),
     heatmap_early=5,
     heatmap_steps=128,
@@ -62,7 +62,9 @@ def validate(config) -> None:
   names = envs_lib.environment_names()
   c.sequence_of(config, "envs", lambda n: n in names,
                 f"xminigrid environment names (valid: {', '.join(names)})")
-  c.one_of(config, "observation", ("symbolic",))
+  c.require(config, "observation", config.observation == "symbolic",
+            f"'symbolic': {', '.join(config.envs)} give the agent no image observations "
+            "(their RGB frames are a rendering), only the (tile, colour) grid view")
   c.subset_of(config, "methods", curiosity.METHODS)
   c.require(config, "methods", "glance" in config.methods, "methods including 'glance'")
   for key in ("seeds", "num_updates", "chunk", "heatmap_steps", "success_window",

@@ -11,6 +11,7 @@ tracks the linguistic world model's mistakes.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -48,12 +49,19 @@ def intrinsic_heatmap(r_int, positions, dones, shape) -> np.ndarray:
     return total / count
 
 
+@functools.partial(jax.jit, static_argnames=("env", "apply_fn", "hooks", "steps"))
+def _rollout_rewards(env, apply_fn, hooks, steps, params, extra, timestep, key):
+  traj = rollout_with_positions(env, apply_fn, params, timestep, key, steps)
+  r, _, info = hooks.intrinsic(params, extra, traj)
+  return traj, r, info
+
+
 def evaluate_curiosity(env: Env, apply_fn, hooks: Curiosity, state, steps: int,
                        grid_shape) -> dict:
-  """The heatmap and per-transition r_int of the curiosity at a runner state."""
-  traj = jax.jit(lambda p, ts, k: rollout_with_positions(env, apply_fn, p, ts, k, steps))(
-      state.params, state.timestep, state.key)
-  r, _, info = jax.jit(hooks.intrinsic)(state.params, state.extra, traj)
+  """The heatmap and per-transition r_int of the curiosity at a runner state (one
+  compilation per (env, apply_fn, hooks, steps))."""
+  traj, r, info = _rollout_rewards(env, apply_fn, hooks, steps, state.params, state.extra,
+                                   state.timestep, state.key)
   out = {"heatmap": intrinsic_heatmap(r, traj["position"], traj["dones"], grid_shape),
          "r_int": np.asarray(r), "dones": np.asarray(traj["dones"])}
   if "wrong_slots" in info:

@@ -1,5 +1,5 @@
 """GLANCE's pieces: the description of a view, the EMA target, the intrinsic reward's
-zero, projector re-initialisation, and bad input."""
+zero and projector re-initialisation (bad input: tests/test_bad_input.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -86,15 +86,3 @@ def test_without_reinit_the_projector_stays(agent):
   after, _ = hooks.after_update(params, extra, 5)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(after)):
     np.testing.assert_array_equal(a, b)
-
-
-def test_bad_input_is_named():
-  with pytest.raises(ValueError, match=r"unknown environment 'MiniGrid-Nope'; expected one "
-                                       r"of .*MiniGrid-DoorKey-5x5"):
-    envs.make_env("MiniGrid-Nope")
-  with pytest.raises(ValueError, match=r"observation='image': MiniGrid-DoorKey-5x5 has no "
-                                       r"image observations"):
-    envs.make_env("MiniGrid-DoorKey-5x5", observation="image")
-  with pytest.raises(ValueError, match=r"beta must be finite and >= 0, got -0.1"):
-    curiosity.make_curiosity("glance", 6, {}, jax.random.PRNGKey(0),
-                             curiosity.CuriosityConfig(beta=-0.1))
