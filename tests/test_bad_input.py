@@ -738,8 +738,9 @@ def _glance_validate(**overrides):
 
 
 def _glance_curiosity(**settings):
-  from methods.glance import curiosity
-  return curiosity.make_curiosity("glance", 6, {}, jax.random.PRNGKey(0),
+  from methods.glance import curiosity, envs as glance_envs
+  spec = glance_envs.EnvSpec("MiniGrid-DoorKey-5x5", 6, (7, 7, 2), 7, 250)
+  return curiosity.make_curiosity("glance", spec, {}, jax.random.PRNGKey(0),
                                   curiosity.CuriosityConfig(**settings))
 
 
@@ -775,6 +776,73 @@ ROWS_GLANCE = [
 ]
 
 
+def _fgr_images(shape=(2, 8, 8, 1), dtype=jnp.float32):
+  return jnp.zeros(shape, dtype)
+
+
+def _fgr_corrupt(images=None, name="gaussian_noise", severity=1):
+  from common.data import corruptions
+  return corruptions.corrupt(jax.random.PRNGKey(0), _fgr_images() if images is None else images,
+                             name, severity)
+
+
+def _fgr_cifar_c(tmp_shape=None):
+  """A CIFAR-C folder with one corruption file of shape `tmp_shape` (None: no file)."""
+  from common.data import cifar
+  root = tempfile.mkdtemp(prefix="cifar_c_")
+  np.save(os.path.join(root, "labels.npy"), np.zeros(10, np.uint8))
+  if tmp_shape is not None:
+    np.save(os.path.join(root, "fog.npy"), np.zeros(tmp_shape, np.uint8))
+  return cifar.load_cifar_c(root, "fog", 1)
+
+
+def _fgr(fn_name, *args, **kwargs):
+  from methods import fgr
+  return getattr(fgr, fn_name)(*args, **kwargs)
+
+
+ROWS_FGR = [
+    Case("fgr/rho_above_one",
+         lambda: _fgr("lowpass_views", jax.random.PRNGKey(0), _fgr_images(), 1.5), ValueError,
+         r"rho must be finite and in \[0, 1\], got 1.5"),
+    Case("fgr/rho_negative",
+         lambda: _fgr("epoch_selection", jax.random.PRNGKey(0), 100, -0.05), ValueError,
+         r"rho must be finite and in \[0, 1\], got -0.05"),
+    Case("fgr/cutoff_above_nyquist", lambda: _fgr("fft_lowpass", _fgr_images(), 1.5),
+         ValueError, r"ratio=1.5 gives a cutoff radius 6 larger than the Nyquist radius 4 of "
+         r"8x8 images; expected ratio in \(0, 1\]"),
+    Case("fgr/mask_radius_above_nyquist", lambda: _fgr("gaussian_lowpass_mask", 8, 16, 5.0),
+         ValueError, r"cutoff radius=5 is larger than the Nyquist radius 4 of 8x16 images"),
+    Case("fgr/unknown_filter", lambda: _fgr("make_filter", "median"), ValueError,
+         r"unknown filter 'median'; expected one of jpeg_compression, fft_lowpass"),
+    Case("fgr/unknown_corruption", lambda: _fgr_corrupt(name="fog"), ValueError,
+         r"unknown corruption 'fog'; expected one of gaussian_noise, shot_noise, .*"
+         r"jpeg_compression"),
+    Case("fgr/severity_zero", lambda: _fgr_corrupt(severity=0), ValueError,
+         r"severity=0; expected an int in 1..5"),
+    Case("fgr/severity_six", lambda: _fgr("make_filter", "fft_lowpass", (1, 6)), ValueError,
+         r"severity=6; expected an int in 1..5"),
+    Case("fgr/channels_first", lambda: _fgr_corrupt(_fgr_images((2, 3, 32, 32))), ValueError,
+         r"images has shape \(2, 3, 32, 32\); expected NHWC .* with 1 or 3 channels last "
+         r"\(channels first\? move them last\)"),
+    Case("fgr/unbatched_image", lambda: _fgr("fft_lowpass", _fgr_images((8, 8, 1)), 0.5),
+         ValueError, r"images has shape \(8, 8, 1\); expected NHWC"),
+    Case("fgr/uint8_images",
+         lambda: _fgr_corrupt(_fgr_images(dtype=jnp.uint8)), TypeError,
+         r"images has dtype uint8; expected floats in \[0, 1\]"),
+    Case("fgr/cifar_c_missing_file", lambda: _fgr_cifar_c(None), FileNotFoundError,
+         r"CIFAR-C corruption 'fog': .*fog.npy' is missing"),
+    Case("fgr/cifar_c_wrong_shape", lambda: _fgr_cifar_c((10, 28, 28, 3)), ValueError,
+         r"fog.npy' has shape \(10, 28, 28, 3\) and dtype uint8; expected \(5 n, 32, 32, 3\)"),
+    Case("fgr/rectify_trees_differ",
+         lambda: _fgr("rectify_grads", {"head": jnp.ones(2)}, {"fc": jnp.ones(2)}), ValueError,
+         r"constraint_grads has tree structure .*; expected that of grads"),
+    Case("fgr/rectify_unknown_scope",
+         lambda: _fgr("fgr_rectify", scope="backbone"), ValueError,
+         r"scope='backbone'; expected one of \('head', 'all'\)"),
+]
+
+
 def configs_validate_fr(config):
   from experiments.configs import fusion_route as fr_configs
   fr_configs.validate(config)
@@ -782,7 +850,7 @@ def configs_validate_fr(config):
 
 CASES: list[Case] = [*ROWS_RUNS, *ROWS_LOADERS, *ROWS_LM, *ROWS_REGRESSION_FLOWS,
                       *ROWS_SAMPLERS_GRAPHS, *ROWS_RL, *ROWS_LLM, *ROWS_LLM_METHODS,
-                      *ROWS_FUSION_ROUTE, *ROWS_GLANCE]
+                      *ROWS_FUSION_ROUTE, *ROWS_GLANCE, *ROWS_FGR]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

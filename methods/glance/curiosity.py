@@ -28,7 +28,8 @@ beta, and set to 0 on transitions that end an episode (their s' is the next epis
 first view).
 
 Example:
-    >>> cur, params, extra = make_curiosity("glance", spec, policy_params, key, beta=0.1)
+    >>> config = CuriosityConfig(beta=0.01)
+    >>> cur, params, extra = make_curiosity("glance", spec, policy_params, key, config)
     >>> update = ppo.make_update(env, apply_fn, config, optimizer, cur)
 """
 
@@ -43,6 +44,7 @@ import jax.numpy as jnp
 from common import checks
 from common.rl.ppo import Curiosity
 from methods.glance import language
+from methods.glance.envs import EnvSpec
 from methods.glance.networks import GridEncoder
 
 METHODS = ("none", "glance", "glance_no_bottleneck", "glance_no_reinit", "byol", "rnd",
@@ -144,10 +146,11 @@ def _normalise(raw, dones, extra, config: CuriosityConfig):
   return r, {**extra, "m2": m2}
 
 
-def make_curiosity(method: str, num_actions: int, policy_params: Any, key: jax.Array,
+def make_curiosity(method: str, spec: EnvSpec, policy_params: Any, key: jax.Array,
                    config: CuriosityConfig = CuriosityConfig()
                    ) -> tuple[Curiosity | None, Any, Any]:
-  """(hooks, params {"policy", "curiosity"}, extra) for `method` (one of METHODS).
+  """(hooks, params {"policy", "curiosity"}, extra) for `method` (one of METHODS) on
+  the environment described by `spec` (its actions and observation shape).
 
   Raises:
     ValueError: an unknown method, beta < 0, tau outside [0, 1).
@@ -160,7 +163,7 @@ def make_curiosity(method: str, num_actions: int, policy_params: Any, key: jax.A
     return None, {"policy": policy_params, "curiosity": {}}, {}
   builders = {"glance": _glance, "glance_no_reinit": _glance,
               "glance_no_bottleneck": _vision, "byol": _vision, "rnd": _rnd, "icm": _icm}
-  return builders[method](method, num_actions, policy_params, key, config)
+  return builders[method](method, spec, policy_params, key, config)
 
 
 def _target_extra(policy_params, key):
@@ -190,8 +193,8 @@ def _flat(traj):
           for k in ("obs", "actions", "next_obs", "dones")}, lead
 
 
-def _glance(method, num_actions, policy_params, key, config):
-  model = WorldModel(num_actions)
+def _glance(method, spec, policy_params, key, config):
+  model = WorldModel(spec.num_actions)
   h0 = jnp.zeros((1, 128))
   init = model.init(key, h0, jnp.zeros((1,), jnp.int32), jnp.zeros((1, 6), jnp.int32))["params"]
   params = {"policy": policy_params, "curiosity": {"model": {k: v for k, v in init.items()
@@ -232,9 +235,9 @@ def _glance(method, num_actions, policy_params, key, config):
           _target_extra(policy_params, key))
 
 
-def _vision(method, num_actions, policy_params, key, config):
+def _vision(method, spec, policy_params, key, config):
   """BYOL-Explore, or GLANCE without the linguistic bottleneck (re-initialised)."""
-  model = VisionPredictor(num_actions)
+  model = VisionPredictor(spec.num_actions)
   init = model.init(key, jnp.zeros((1, 128)), jnp.zeros((1,), jnp.int32))["params"]
   params = {"policy": policy_params, "curiosity": {"model": {k: v for k, v in init.items()
                                                            if k != "projector"},
@@ -266,11 +269,11 @@ def _vision(method, num_actions, policy_params, key, config):
           _target_extra(policy_params, key))
 
 
-def _rnd(method, num_actions, policy_params, key, config):
-  del method, num_actions
+def _rnd(method, spec, policy_params, key, config):
+  del method
   enc = GridEncoder(64)
   k1, k2 = jax.random.split(key)
-  dummy = jnp.zeros((1, 7, 7, 2), jnp.uint8)
+  dummy = jnp.zeros((1,) + tuple(spec.obs_shape), jnp.uint8)
   params = {"policy": policy_params,
             "curiosity": {"predictor": enc.init(k1, dummy)["params"]}}
   extra = {"random_target": enc.init(k2, dummy)["params"], "m2": jnp.zeros(()), "key": key}
@@ -306,10 +309,10 @@ class _ICM(nn.Module):
     return inverse, forward, phi_next
 
 
-def _icm(method, num_actions, policy_params, key, config):
+def _icm(method, spec, policy_params, key, config):
   del method
-  model = _ICM(num_actions)
-  dummy = jnp.zeros((1, 7, 7, 2), jnp.uint8)
+  model = _ICM(spec.num_actions)
+  dummy = jnp.zeros((1,) + tuple(spec.obs_shape), jnp.uint8)
   params = {"policy": policy_params,
             "curiosity": model.init(key, dummy, dummy, jnp.zeros((1,), jnp.int32))["params"]}
 

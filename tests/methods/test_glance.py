@@ -58,7 +58,7 @@ def agent():
 def test_reinitialisation_changes_only_the_projector(agent, method):
   spec, pp = agent
   config = curiosity.CuriosityConfig(reinit_every=3)
-  hooks, params, extra = curiosity.make_curiosity(method, spec.num_actions, pp,
+  hooks, params, extra = curiosity.make_curiosity(method, spec, pp,
                                                   jax.random.PRNGKey(1), config)
   same, extra1 = hooks.after_update(params, extra, 2)      # not due
   changed, _ = hooks.after_update(params, extra, 3)        # due
@@ -81,8 +81,31 @@ def test_reinitialisation_changes_only_the_projector(agent, method):
 def test_without_reinit_the_projector_stays(agent):
   spec, pp = agent
   hooks, params, extra = curiosity.make_curiosity(
-      "glance_no_reinit", spec.num_actions, pp, jax.random.PRNGKey(1),
+      "glance_no_reinit", spec, pp, jax.random.PRNGKey(1),
       curiosity.CuriosityConfig(reinit_every=1))
   after, _ = hooks.after_update(params, extra, 5)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(after)):
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("method", [m for m in curiosity.METHODS if m != "none"])
+def test_every_curiosity_fits_the_environment_view(method):
+  """MemoryS8's view is 3x3, DoorKey's 7x7: every model is built for the view it gets
+  and scores a real rollout with a finite, non-negative intrinsic reward."""
+  env, spec = envs.make_env("MiniGrid-MemoryS8")
+  assert spec.obs_shape == (3, 3, 2)
+  net = networks.ActorCritic(spec.num_actions)
+  pp = net.init(jax.random.PRNGKey(0), jnp.zeros((1,) + spec.obs_shape, jnp.uint8))["params"]
+  hooks, params, extra = curiosity.make_curiosity(method, spec, pp, jax.random.PRNGKey(1))
+  ts = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(2), 2))
+  obs, actions, next_obs, dones = [], [], [], []
+  for t in range(3):
+    a = jnp.array([t % 3, 2])
+    nxt = jax.vmap(env.step)(ts, a)
+    obs.append(ts.observation), actions.append(a), next_obs.append(nxt.observation)
+    dones.append(nxt.last())
+    ts = nxt
+  traj = {"obs": jnp.stack(obs), "actions": jnp.stack(actions),
+          "next_obs": jnp.stack(next_obs), "dones": jnp.stack(dones)}
+  r, _, _ = hooks.intrinsic(params, extra, traj)
+  assert r.shape == (3, 2) and bool(jnp.all(jnp.isfinite(r))) and bool(jnp.all(r >= 0))
