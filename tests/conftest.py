@@ -4,8 +4,43 @@ Expensive objects (a trained model, compiled functions) are session-scoped and
 shared across test files, so the suite trains each of them once.
 """
 
+import gc
+
 import jax
 import pytest
+
+# XLA:CPU maps each compiled program's code into its own memory regions. A worker
+# that runs hundreds of test files accumulates tens of thousands of them, and at the
+# kernel's vm.max_map_count (65530 by default) LLVM's next allocation fails inside
+# compilation (a segfault or "Cannot allocate memory"). Past half of that budget, the
+# compiled programs are dropped between test files.
+_MAP_FRACTION = 0.5
+
+
+def _max_map_count():
+  try:
+    with open("/proc/sys/vm/max_map_count", encoding="ascii") as f:
+      return int(f.read())
+  except (OSError, ValueError):
+    return None
+
+
+def _mapped_regions():
+  with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+    return sum(1 for _ in f)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _bounded_compiled_programs():
+  """Frees jax's compiled programs after a test file once the process holds more than
+  half of the memory maps the kernel allows it."""
+  yield
+  limit = _max_map_count()
+  if limit is None:
+    return
+  if _mapped_regions() > _MAP_FRACTION * limit:
+    jax.clear_caches()
+    gc.collect()
 
 
 @pytest.fixture
