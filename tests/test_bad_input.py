@@ -848,9 +848,49 @@ def configs_validate_fr(config):
   fr_configs.validate(config)
 
 
+def _ip_validate(**overrides):
+  from experiments.configs import interactive_proofs as ip_configs
+  ip_configs.validate(_tiny_config("interactive_proofs", **overrides))
+
+
+def _ip_sumcheck_statement(degree):
+  from methods.interactive_proofs import sumcheck
+  with jax.enable_x64(True):
+    tables = jnp.zeros((1, degree, 8), jnp.int64)
+    sumcheck.check_statement(sumcheck.ProductSum(tables, jnp.ones((1,), jnp.int64)), 3)
+
+
+def _ip_field(p):
+  from methods.interactive_proofs import PrimeField
+  return PrimeField(p)
+
+
+def _ip_circuit(ops, n):
+  from methods.interactive_proofs import gkr
+  return gkr.check_circuit(ops, n)
+
+
+ROWS_INTERACTIVE_PROOFS = [
+    Case("interactive_proofs/p_not_prime", lambda: _ip_field(91), ValueError,
+         r"p=91 is not prime"),
+    Case("interactive_proofs/p_too_large", lambda: _ip_field(2**31 + 11), ValueError,
+         r"p=2147483659 is too large for the word size"),
+    Case("interactive_proofs/degree_above_protocol", lambda: _ip_sumcheck_statement(5),
+         ValueError, r"degree 5 in each variable; the protocol was set up for degree <= 3"),
+    Case("interactive_proofs/unknown_gate", lambda: _ip_circuit(("xor",), 4), ValueError,
+         r"gate ops must be in \('add', 'mul'\), got \['xor'\]"),
+    Case("interactive_proofs/config_prime_not_prime", lambda: _ip_validate(prime=2**31 - 3),
+         config_lib.ConfigError, r"config.prime=2147483645 is invalid: expected a prime below"),
+    Case("interactive_proofs/config_small_field_for_degree",
+         lambda: _ip_validate(**{"soundness.prime": 5}), config_lib.ConfigError,
+         r"soundness.prime=5 .*expected a prime > soundness.degree \+ 2 = 5"),
+]
+
+
 CASES: list[Case] = [*ROWS_RUNS, *ROWS_LOADERS, *ROWS_LM, *ROWS_REGRESSION_FLOWS,
                       *ROWS_SAMPLERS_GRAPHS, *ROWS_RL, *ROWS_LLM, *ROWS_LLM_METHODS,
-                      *ROWS_FUSION_ROUTE, *ROWS_GLANCE, *ROWS_FGR]
+                      *ROWS_FUSION_ROUTE, *ROWS_GLANCE, *ROWS_FGR,
+                      *ROWS_INTERACTIVE_PROOFS]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
