@@ -74,11 +74,11 @@ PRESETS = {
               "application": dict(num_items=(1024, 4096, 16384, 65536))},
     # Seconds: what the claim test runs.
     "tiny": {"lm": lm_lib.PRESETS["tiny"],
-             "completeness": dict(runs=200, num_vars=6, gkr_runs=10, gkr_log2=5, spot_runs=200,
+             "completeness": dict(runs=200, num_vars=6, gkr_runs=10, gkr_log2=4, spot_runs=200,
                                   spot_items=128),
              "soundness": dict(runs=20_000),
              "robust": dict(num_items=200, ks=(1, 4, 16), runs=4000),
-             "scaling": dict(log2_sizes=(5, 7, 9), fit_from_log2=5, repeats=3),
+             "scaling": dict(log2_sizes=(5, 8), fit_from_log2=5, repeats=3),
              "application": dict(num_items=(64, 256), window=32, k=8, repeats=2)},
 }
 
