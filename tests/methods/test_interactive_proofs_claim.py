@@ -4,7 +4,7 @@ Runs the registered experiment at the `tiny` preset (fixed seeds, the session's 
 as the oracle of the application) and asserts the four rows: honest provers always
 accepted; every sum-check cheater's Clopper-Pearson upper limit below n d / |F| on
 F_97; spot-check acceptance within the Bonferroni bar of (1 - f)^k; the GKR verifier's
-oracle calls flat in N while recomputation's grow as N. At these sizes (N <= 2^9)
+oracle calls flat in N while recomputation's grow as N. At these sizes (N <= 2^8)
 wall times are dominated by dispatch, so the fourth row's wall-time slopes are
 measured at the quick preset (results/interactive_proofs), not here.
 """
