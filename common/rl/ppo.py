@@ -270,14 +270,25 @@ def make_update(env: Env, apply_fn: Callable, config: PPOConfig,
   return update
 
 
+def _strong(tree):
+  """The same values without weak types. jit keys its cache on weak_type, and
+  xminigrid's reset and step return weak-typed leaves (step_num, reward, discount) in
+  different places, which made the update compile three times per run."""
+  return jax.tree.map(lambda x: jax.lax.convert_element_type(x, jnp.result_type(x)), tree)
+
+
 @functools.partial(jax.jit, static_argnames=("update",), donate_argnums=(1,))
 def _one_update(update: Callable, state: RunnerState):
-  return update(state)
+  state, metrics = update(state)
+  return _strong(state), metrics
 
 
 @functools.partial(jax.jit, static_argnames=("update", "num_updates"), donate_argnums=(1,))
 def _scanned_updates(update: Callable, state: RunnerState, num_updates: int):
   return jax.lax.scan(lambda s, _: update(s), state, None, num_updates)
+
+
+_strong_jit = jax.jit(_strong)
 
 
 def run_updates(update: Callable, state: RunnerState, num_updates: int,
@@ -367,7 +378,7 @@ def train(update: Callable, init_state: Callable[[], RunnerState], num_updates: 
   abstract = jax.eval_shape(init_state)
   manager = checkpoint_lib.make_manager(os.path.join(workdir, "checkpoints"), keep=keep)
   step, restored = checkpoint_lib.restore_newest(manager, abstract)
-  state = restored if step is not None else init_state()
+  state = _strong_jit(restored if step is not None else init_state())
   done = int(np.max(np.asarray(state.update)))
   if num_seeds is not None:
     checks.positive_int("num_seeds", num_seeds)
