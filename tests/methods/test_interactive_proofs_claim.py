@@ -1,12 +1,14 @@
 """Tiny-scale claim test for the interactive-proofs experiment.
 
 Runs the registered experiment at the `tiny` preset (fixed seeds, the session's tiny LM
-as the oracle of the application) and asserts the four rows: honest provers always
+as the oracle of the application) and asserts the first three rows and the fourth's
+oracle-call counts: honest provers always
 accepted; every sum-check cheater's Clopper-Pearson upper limit below n d / |F| on
 F_97; spot-check acceptance within the Bonferroni bar of (1 - f)^k; the GKR verifier's
-oracle calls flat in N while recomputation's grow as N. At these sizes (N <= 2^8)
-wall times are dominated by dispatch, so the fourth row's wall-time slopes are
-measured at the quick preset (results/interactive_proofs), not here.
+oracle calls flat in N while recomputation's grow as N, and the spot-check verifier's
+k calls at every N. No wall time is asserted: at these sizes (N <= 2^8) timings are
+dispatch noise, so the fourth row's wall-time slopes are measured at the quick preset
+(results/interactive_proofs), not here.
 """
 
 import json
@@ -24,8 +26,9 @@ def test_the_four_claims_hold_at_tiny_scale(tmp_path, tiny_lm_dir):
   result = experiment.run(config, str(tmp_path))
   assert [c.reproduced for c in result.claims[:3]] == [True] * 3, result.claims
   f = result.figures
-  assert f["scaling/slope/verifier_queries"] < 0.25 and f["scaling/slope/verifier_s"] < 0.25
-  assert f["application/slope/verifier_s"] < 0.25
+  # Oracle calls, not wall times (timings belong to the quick preset and the benchmark).
+  assert f["scaling/slope/verifier_queries"] < 0.25
+  assert abs(f["scaling/slope/compute_queries"] - 1.0) < 1e-9
   assert all(f[f"application/N={n}/verifier_calls"] == config.application.k
              for n in config.application.num_items)
   assert f["soundness/constant/rate"] == 0.0
