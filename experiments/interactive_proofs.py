@@ -24,7 +24,6 @@ scaling.png.
 from __future__ import annotations
 
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +32,7 @@ import numpy as np
 from common import lm as lm_lib
 from common import plotting
 from common import report
+from common import timing
 from experiments.configs import interactive_proofs as config_module
 from experiments.plots import interactive_proofs as plots
 from methods.interactive_proofs import gkr, judges, oracles, simulation, spot_check
@@ -108,17 +108,6 @@ def robust(config) -> dict:
   return out
 
 
-def _median_wall(fn, repeats: int) -> float:
-  """Median wall time of fn() over `repeats` calls, after one untimed call (compiles)."""
-  jax.block_until_ready(fn())
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return float(np.median(times))
-
-
 def _gkr_programs(F, ops, m: int, degree: int):
   def oracle_of(cp):
     return simulation.cp_oracle(F, cp)
@@ -146,10 +135,10 @@ def scaling(config) -> dict:
     oracle = simulation.cp_oracle(F, cp)
     rows.append({
         "log2_n": m, "n": 2**m, "accepted": bool(accept),
-        "compute_s": _median_wall(lambda: compute(cp), s.repeats),
-        "prover_s": _median_wall(lambda: prove(cp, coins), s.repeats),
-        "verifier_s": _median_wall(lambda: check(cp, transcript, coins, s.test_lines),
-                                   s.verifier_repeats),
+        "compute_s": timing.median_seconds(lambda: compute(cp), s.repeats),
+        "prover_s": timing.median_seconds(lambda: prove(cp, coins), s.repeats),
+        "verifier_s": timing.median_seconds(
+            lambda: check(cp, transcript, coins, s.test_lines), s.verifier_repeats),
         "verifier_queries": gkr.verifier_queries(oracle, s.test_lines),
         "prover_queries": _prover_queries(ops, s.oracle_degree, m), "compute_queries": 2**m})
     jax.clear_caches()  # each size compiles new programs
@@ -194,7 +183,7 @@ def application(config, workdir: str) -> dict:
 def _application_row(judge, n: int, a, seed: int) -> dict:
   everything = np.arange(n)
   truth = judge(everything)  # the prover's work: every oracle call
-  recompute = _median_wall(lambda: judge(everything), a.repeats)
+  recompute = timing.median_seconds(lambda: judge(everything), a.repeats)
   out = {"n": n, "fraction": float(truth.mean()), "recompute_s": recompute,
          "verifier_calls": a.k, "recompute_calls": n}
   key = jax.random.PRNGKey(seed + n)
@@ -209,8 +198,9 @@ def _application_row(judge, n: int, a, seed: int) -> dict:
         lying, lambda idx: jnp.asarray(judge(idx)), a.k, jax.random.fold_in(key, 1), kind,
         a.delta)[0])
   claim = spot_check.honest_claim(truth_j, "fraction")
-  out["verifier_s"] = _median_wall(lambda: spot_check.check(
-      claim, lambda idx: jnp.asarray(judge(idx)), a.k, key, "fraction", a.delta)[0], a.repeats)
+  out["verifier_s"] = timing.median_seconds(lambda: spot_check.check(
+      claim, lambda idx: jnp.asarray(judge(idx)), a.k, key, "fraction", a.delta)[0],
+                                            a.repeats)
   return out
 
 

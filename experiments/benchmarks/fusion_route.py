@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import functools
 import platform
-import statistics
-import time
 
 from absl import app
 from absl import flags
@@ -33,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from common import config as config_lib
+from common import timing
 from common.models import sampling
 from experiments.benchmarks import cpu_model
 from common.models import transformer
@@ -96,16 +95,6 @@ def separate_decode(ens, params, prompt, key, n: int):
   return jnp.stack(out, 1)
 
 
-def _median(fn, repeats: int) -> float:
-  jax.block_until_ready(fn())
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
 def measure(ens, params, batch: int, n: int, repeats: int) -> dict[str, float]:
   prompt = jax.random.randint(jax.random.PRNGKey(1), (batch, 32), 0, 256)
   key = jax.random.PRNGKey(2)
@@ -115,7 +104,7 @@ def measure(ens, params, batch: int, n: int, repeats: int) -> dict[str, float]:
       "fused": lambda: ens_lib.generate(ens, params, prompt, key, max_new_tokens=n).tokens,
       "separate": lambda: separate_decode(ens, params, prompt, key, n),
   }
-  return {name: batch * n / _median(fn, repeats) for name, fn in sides.items()}
+  return {name: batch * n / timing.median_seconds(fn, repeats) for name, fn in sides.items()}
 
 
 def main(argv):

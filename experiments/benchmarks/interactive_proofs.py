@@ -24,14 +24,13 @@ first), and the ratios peer / ours (> 1: ours is faster).
 from __future__ import annotations
 
 import platform
-import statistics
-import time
 
 from absl import app
 from absl import flags
 import jax
 import numpy as np
 
+from common import timing
 from experiments.benchmarks import cpu_model
 from methods.interactive_proofs import polynomials as poly
 from methods.interactive_proofs import sumcheck
@@ -43,16 +42,6 @@ flags.DEFINE_list("sumcheck_vars", ["10", "12", "14", "16"], "Sum-check variable
 flags.DEFINE_integer("repeats", 5, "Timed runs per side (medians reported).")
 
 P = 2**31 - 1
-
-
-def _median(fn, repeats: int) -> float:
-  fn()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 def bench_mac_and_mle(GF, F: PrimeField, k: int, repeats: int) -> dict:
@@ -75,10 +64,10 @@ def bench_mac_and_mle(GF, F: PrimeField, k: int, repeats: int) -> dict:
   assert int(dot(ja, jb)) == int(galois_mac()) == int(np.dot(ga, gb)), "MAC disagrees"
   assert int(mle(ja, jp)) == int(galois_mle()), "MLE disagrees"
   out = {"k": k,
-         "mac_ours_s": _median(lambda: dot(ja, jb).block_until_ready(), repeats),
-         "mac_galois_s": _median(galois_mac, repeats),
-         "mle_ours_s": _median(lambda: mle(ja, jp).block_until_ready(), repeats),
-         "mle_galois_s": _median(galois_mle, repeats)}
+         "mac_ours_s": timing.median_seconds(lambda: dot(ja, jb), repeats),
+         "mac_galois_s": timing.median_seconds(galois_mac, repeats),
+         "mle_ours_s": timing.median_seconds(lambda: mle(ja, jp), repeats),
+         "mle_galois_s": timing.median_seconds(galois_mle, repeats)}
   out["mac_ratio"] = out["mac_galois_s"] / out["mac_ours_s"]
   out["mle_ratio"] = out["mle_galois_s"] / out["mle_ours_s"]
   return out
@@ -113,9 +102,10 @@ def bench_sumcheck(F: PrimeField, n: int, repeats: int) -> dict:
   py_tables, py_ch = [[int(v) for v in f] for f in tables], [int(v) for v in challenges]
   assert (ours == np.asarray(python_prover(py_tables, py_ch, 3))).all(), "messages disagree"
   out = {"n": n,
-         "ours_s": _median(lambda: prove(statement, F.element(challenges)).block_until_ready(),
-                           repeats),
-         "python_s": _median(lambda: python_prover(py_tables, py_ch, 3), max(1, repeats // 2))}
+         "ours_s": timing.median_seconds(lambda: prove(statement, F.element(challenges)),
+                                         repeats),
+         "python_s": timing.median_seconds(lambda: python_prover(py_tables, py_ch, 3),
+                                           max(1, repeats // 2))}
   out["ratio"] = out["python_s"] / out["ours_s"]
   return out
 
