@@ -108,7 +108,7 @@ def robust(config) -> dict:
   return out
 
 
-def _gkr_programs(F, ops, m: int, degree: int):
+def _gkr_programs(F, ops, m: int):
   def oracle_of(cp):
     return simulation.cp_oracle(F, cp)
 
@@ -129,7 +129,7 @@ def scaling(config) -> dict:
     key = jax.random.fold_in(jax.random.PRNGKey(config.seed + 3), m)
     cp = oracles.random_cp(F, key, m, s.oracle_degree, s.oracle_rank)
     coins = gkr.draw_coins(F, jax.random.fold_in(key, 1), ops, m)
-    compute, prove, check = _gkr_programs(F, ops, m, s.oracle_degree)
+    compute, prove, check = _gkr_programs(F, ops, m)
     transcript = prove(cp, coins)
     accept, _ = check(cp, transcript, coins, s.test_lines)
     oracle = simulation.cp_oracle(F, cp)
@@ -167,10 +167,9 @@ def application(config, workdir: str) -> dict:
   n_max = max(a.num_items)
   starts = np.random.default_rng(config.seed).integers(0, len(data) - a.window - 1, n_max)
   windows = data[starts[:, None] + np.arange(a.window + 1)[None, :]]
-  scores = np.asarray(jax.jit(lambda t: judges.mean_loglik(trained.model, trained.params, t))(
-      jnp.asarray(windows[:256], jnp.int32)))
-  threshold = float(np.quantile(scores, a.quantile))
-  judge = judges.lm_judge(trained.model, trained.params, windows, threshold)
+  scorer = judges.lm_scorer(trained.model, trained.params, windows)
+  threshold = float(np.quantile(scorer(np.arange(min(256, n_max))), a.quantile))
+  judge = judges.threshold_judge(scorer, threshold)
   rows = []
   for n in a.num_items:
     rows.append(_application_row(judge, n, a, config.seed))

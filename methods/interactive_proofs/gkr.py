@@ -181,13 +181,11 @@ def check(F: PrimeField, ops, transcript: Transcript, coins: Coins, inputs=None,
   for j, op in enumerate(reversed(ops)):
     msg = transcript.layers[j]
     final = F.mul(poly.eq_eval(F, z, coins.r[j]), apply_op(F, op, msg.a, msg.b))
-    ok, _ = sumcheck.check_rounds(F, sumcheck.Transcript(claim, msg.messages, coins.r[j]),
-                                  final)
-    # check_rounds folds the layer-end test into its last check; split the two reasons.
+    last = _last_value(F, claim, msg.messages, coins.r[j])
+    # The round sums (with the last round's value as its own end) and the layer end.
     sums_ok, _ = sumcheck.check_rounds(
-        F, sumcheck.Transcript(claim, msg.messages, coins.r[j]),
-        _last_value(F, claim, msg.messages, coins.r[j]))
-    reasons += [~sums_ok, sums_ok & ~ok]
+        F, sumcheck.Transcript(claim, msg.messages, coins.r[j]), last)
+    reasons += [~sums_ok, sums_ok & (last != final)]
     z = jnp.concatenate([coins.r[j], coins.line[j:j + 1]])
     claim = F.add(msg.a, F.mul(coins.line[j], F.sub(msg.b, msg.a)))
   reasons.append(~_input_ok(F, transcript, coins, claim, z, inputs, oracle, test_lines))

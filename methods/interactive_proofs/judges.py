@@ -22,20 +22,27 @@ def mean_loglik(model, params, tokens):
   return logprobs.sequence_logprob(logits, tokens) / (tokens.shape[1] - 1)
 
 
-def lm_judge(model, params, windows: np.ndarray, threshold: float,
-             chunk: int = 256) -> Callable:
-  """The oracle y(indices) -> (k,) int32 judgments of windows[indices].
-
-  Calls run the LM in chunks of `chunk` windows (one compiled program per chunk size).
-  """
+def lm_scorer(model, params, windows: np.ndarray, chunk: int = 256) -> Callable:
+  """scores(indices) -> (k,) mean log-likelihoods of windows[indices], run in chunks of
+  `chunk` windows (one compiled program per chunk size)."""
   windows = jnp.asarray(windows, jnp.int32)
   score = jax.jit(lambda tokens: mean_loglik(model, params, tokens))
 
-  def judge(indices):
+  def scores(indices):
     indices = np.asarray(indices)
     parts = [np.asarray(score(windows[indices[s:s + chunk]]))
              for s in range(0, len(indices), chunk)]
-    scores = np.concatenate(parts) if parts else np.zeros((0,), np.float32)
-    return (scores > threshold).astype(np.int32)
+    return np.concatenate(parts) if parts else np.zeros((0,), np.float32)
 
-  return judge
+  return scores
+
+
+def threshold_judge(scores: Callable, threshold: float) -> Callable:
+  """The oracle y(indices) = [scores(indices) > threshold] as int32."""
+  return lambda indices: (scores(indices) > threshold).astype(np.int32)
+
+
+def lm_judge(model, params, windows: np.ndarray, threshold: float,
+             chunk: int = 256) -> Callable:
+  """The oracle y(indices) -> (k,) int32 judgments of windows[indices]."""
+  return threshold_judge(lm_scorer(model, params, windows, chunk), threshold)
