@@ -23,6 +23,7 @@ from common import checkpoint as checkpoint_lib
 from common import config as config_lib
 from common import kernels
 from common import llm
+from common import physics
 from common import report as report_lib
 from common import rl
 from common import sharding as sharding_lib
@@ -887,10 +888,54 @@ ROWS_INTERACTIVE_PROOFS = [
 ]
 
 
+_RHO_NAN = np.full((4, 4), 0.5)
+_RHO_NAN[1, 2] = np.nan
+_RHO_HIGH = np.full((4, 4), 0.5)
+_RHO_HIGH[0, 3] = 1.5
+
+ROWS_PHYSICS = [
+    Case("physics/rho_nan", lambda: physics.homogenize(_RHO_NAN), ValueError,
+         r"rho has a non-finite value nan at index \(1, 2\)"),
+    Case("physics/rho_above_one", lambda: physics.homogenize(_RHO_HIGH), ValueError,
+         r"rho\[0, 3\] = 1.5 is outside \[0, 1\]"),
+    Case("physics/rho_not_square", lambda: physics.homogenize(np.ones((4, 6))), ValueError,
+         r"rho must be a square \(n, n\) grid .*n >= 4.*got shape \(4, 6\)"),
+    Case("physics/mesh_too_small", lambda: physics.elastic_tensor(np.ones((3, 3))),
+         ValueError, r"rho must be a square \(n, n\) grid .*n >= 4.*got shape \(3, 3\)"),
+    Case("physics/void_modulus_zero", lambda: physics.homogenize(
+        np.ones((4, 4)), physics.Material(E_void=0.0)), ValueError,
+         r"material.E_void must be finite and > 0, got 0.0"),
+    Case("physics/poisson_ratio_half", lambda: physics.conductivity_tensor(
+        np.ones((4, 4)), physics.Material(nu=0.5)), ValueError,
+         r"material.nu must be in \(-1, 0.5\), got 0.5"),
+    Case("physics/unknown_preconditioner", lambda: physics.homogenize(
+        np.ones((4, 4)), preconditioner="ilu"), ValueError,
+         r"preconditioner='ilu'; expected one of \('multigrid', 'fft'\)"),
+]
+
+
+def _automs():
+  from methods import automs  # pylint: disable=import-outside-toplevel
+  return automs
+
+
+ROWS_AUTOMS = [
+    Case("automs/empty_box", lambda: _automs().tasks.make_task("t", ()), ValueError,
+         r"task 't': the constraint box is empty"),
+    Case("automs/inverted_box", lambda: _automs().tasks.make_task(
+        "t", (_automs().Constraint("nu12", -0.1, -0.3),)), ValueError,
+         r"task 't': the box for nu12 is empty: \[-0.1, -0.3\]; expected lo <= hi"),
+    Case("automs/unknown_family", lambda: _automs().Simulator(("honeycomb",)), ValueError,
+         r"unknown cell family 'honeycomb'; expected one of \('rods'"),
+    Case("automs/mesh_too_small", lambda: _automs().Simulator(("rods",), n=6), ValueError,
+         r"mesh size n must be >= 8 for the cell families, got 6"),
+]
+
+
 CASES: list[Case] = [*ROWS_RUNS, *ROWS_LOADERS, *ROWS_LM, *ROWS_REGRESSION_FLOWS,
                       *ROWS_SAMPLERS_GRAPHS, *ROWS_RL, *ROWS_LLM, *ROWS_LLM_METHODS,
                       *ROWS_FUSION_ROUTE, *ROWS_GLANCE, *ROWS_FGR,
-                      *ROWS_INTERACTIVE_PROOFS]
+                      *ROWS_INTERACTIVE_PROOFS, *ROWS_PHYSICS, *ROWS_AUTOMS]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
