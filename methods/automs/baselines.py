@@ -25,7 +25,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from evosax.algorithms import CMA_ES
 
 from methods.automs import agents
 from methods.automs import evolution
@@ -93,6 +92,9 @@ def nsga2(budget: Budget, key: jax.Array, pop_size: int, initial: np.ndarray | N
 
 def cmaes(budget: Budget, key: jax.Array, pop_size: int, sigma: float = 0.3) -> None:
   """evosax's CMA-ES on the summed violation, started at the box centre."""
+  # Imported here: evosax builds jax arrays at import time, which would start the
+  # backend (and its log lines) whenever the experiment registry is loaded.
+  from evosax.algorithms import CMA_ES  # pylint: disable=import-outside-toplevel
   es = CMA_ES(population_size=pop_size, solution=jnp.zeros(DIM))
   params = es.default_params.replace(std_init=sigma)
   key, k_init = jax.random.split(key)

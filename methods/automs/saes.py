@@ -232,11 +232,21 @@ def _children(run: _Run, pop: np.ndarray, ranks, crowding, n: int, gen: int) -> 
   return mutated
 
 
-def _select(run: _Run, rows: np.ndarray, k: int):
-  """NSGA-II survival of k history rows: (kept rows, their ranks, their crowding)."""
+def _select(run: _Run, rows: np.ndarray, k: int, ranked: bool = True):
+  """NSGA-II survival of k history rows: (kept rows, their ranks, their crowding).
+
+  The violations are padded to a multiple of 32 rows with rows worse than any real one
+  (they form the last front and never survive while k <= len(rows)), so the compiled
+  survival program is reused across generations instead of traced per size.
+  """
   F = run.violations(rows)
-  keep = np.asarray(evolution.survival(F, np.zeros(len(rows)), k))
-  kept = rows[keep]
+  size = -(-len(rows) // 32) * 32
+  padded = np.full((size, F.shape[1]), 1e9)
+  padded[:len(rows)] = F
+  order = np.asarray(evolution.survival(padded, np.zeros(size), size))
+  kept = rows[order[:k]]
+  if not ranked:
+    return kept, None, None
   Fk = run.violations(kept)
   ranks = evolution.non_dominated_ranks(Fk)
   return kept, ranks, evolution.crowding_distance(Fk, ranks)
@@ -285,7 +295,8 @@ def saes(evaluate: Callable[[np.ndarray], np.ndarray], objectives: Objectives,
     if len(guided):
       improved = run.score(new[:len(guided)]).max() > run.score([anchor])[0]
       run.step = float(np.clip(run.step * (1.5 if improved else 0.7), 0.01, 0.3))
-    archive = _select(run, np.union1d(archive, new), min(c.archive, len(archive) + len(new)))[0]
+    archive = _select(run, np.union1d(archive, new), min(c.archive, len(archive) + len(new)),
+                      ranked=False)[0]
     pop, ranks, crowd = _select(run, np.concatenate([pop, new]), c.pop_size)
     score = run.score(archive).max()
     stale = 0 if score > best + 0.005 else stale + 1

@@ -48,14 +48,11 @@ def test_disconnected_cells_are_told_apart():
   assert not _percolates(shell > 0.5)   # a ring without connectors floats
 
 
-def test_density_is_differentiable_and_vmaps_over_families():
-  f = lambda u: cells.density(2, u, 16).mean()
-  g = jax.grad(f)(jnp.full(6, 0.4))
+def test_density_is_differentiable_in_the_shape_parameters():
+  # (Under vmap the family is traced and dispatched by lax.switch: the claim test's
+  # searches run that path through `simulator.Simulator`.)
+  g = jax.grad(lambda u: cells.density(2, u, 16).mean())(jnp.full(6, 0.4))
   assert np.all(np.isfinite(g)) and np.abs(g).sum() > 0
-  # Under vmap the family is traced and dispatched by lax.switch: same fields.
-  batch = jax.vmap(lambda k, u: cells.density(k, u, 8))(jnp.arange(6), jnp.full((6, 6), 0.5))
-  for k in range(6):
-    np.testing.assert_allclose(batch[k], cells.density(k, jnp.full(6, 0.5), 8), atol=1e-6)
 
 
 def test_task_box_logic_success_fitness_and_targets():
