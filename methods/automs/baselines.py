@@ -135,7 +135,7 @@ def llm_only(budget: Budget, roles: agents.Roles, requirement: str,
 
 def smooth_loss(constraints, row: jax.Array) -> jax.Array:
   """sum_j (max(lo_j - y_j, 0, y_j - hi_j) / s_j)^2 on one property row."""
-  idx, lo, hi, scale = tasks._bounds(constraints)  # pylint: disable=protected-access
+  idx, lo, hi, scale = tasks.bounds(constraints)
   y = row[idx]
   below = jnp.where(jnp.isfinite(lo), jnp.maximum(jnp.asarray(lo) - y, 0.0), 0.0)
   above = jnp.where(jnp.isfinite(hi), jnp.maximum(y - jnp.asarray(hi), 0.0), 0.0)

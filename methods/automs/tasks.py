@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -160,7 +160,8 @@ def get_task(name: str) -> Task:
   return TASKS[TASK_NAMES.index(name)]
 
 
-def _bounds(constraints: Sequence[Constraint]):
+def bounds(constraints: Sequence[Constraint]):
+  """(property columns, lo, hi, scales s_j) of a box, as arrays."""
   idx = np.array([PROPERTY_KEYS.index(c.key) for c in constraints])
   lo = np.array([c.lo for c in constraints])
   hi = np.array([c.hi for c in constraints])
@@ -174,7 +175,7 @@ def violations(constraints: Sequence[Constraint], y: np.ndarray) -> np.ndarray:
 
   Non-finite properties count as infinitely violated.
   """
-  idx, lo, hi, scale = _bounds(constraints)
+  idx, lo, hi, scale = bounds(constraints)
   v = np.asarray(y, np.float64)[..., idx]
   out = np.maximum(np.maximum(lo - v, v - hi), 0.0) / scale
   return np.where(np.isfinite(v), out, np.inf)
@@ -193,10 +194,5 @@ def fitness(constraints: Sequence[Constraint], y: np.ndarray) -> np.ndarray:
 
 def targets(constraints: Sequence[Constraint], y: np.ndarray) -> np.ndarray:
   """The nearest point of each constraint's interval: the value SAES steers towards."""
-  idx, lo, hi, _ = _bounds(constraints)
+  idx, lo, hi, _ = bounds(constraints)
   return np.clip(np.asarray(y, np.float64)[..., idx], lo, hi)
-
-
-def as_rows(props: Mapping[str, np.ndarray]) -> np.ndarray:
-  """Stacks a {key: (P,)} mapping into (P, len(PROPERTIES)) rows in `PROPERTY_KEYS` order."""
-  return np.stack([np.asarray(props[k], np.float64) for k in PROPERTY_KEYS], -1)
