@@ -932,10 +932,56 @@ ROWS_AUTOMS = [
 ]
 
 
+def _tap():
+  from methods import tap_sampling  # pylint: disable=import-outside-toplevel
+  return tap_sampling
+
+
+def _lerobot_mismatch():
+  """A LeRobot dataset whose episode 2 was rewritten with 7-D actions."""
+  import pyarrow as pa  # pylint: disable=import-outside-toplevel
+  import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+  from common.data import lerobot  # pylint: disable=import-outside-toplevel
+  path = os.path.join(tempfile.mkdtemp(), "ds")
+  episode = {"observation.state": np.zeros((4, 3), np.float32),
+             "action": np.zeros((4, 2), np.float32)}
+  lerobot.write_lerobot(path, [episode] * 3)
+  file = os.path.join(path, "data", "chunk-000", "episode_000002.parquet")
+  table = pq.read_table(file)
+  wide = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(table.num_rows * 7, np.float32)), 7)
+  pq.write_table(table.set_column(table.column_names.index("action"), "action", wide), file)
+  return lerobot.load_lerobot(path)
+
+
+def _envs_make(name):
+  from common import envs  # pylint: disable=import-outside-toplevel
+  return envs.make(name)
+
+
+ROWS_TAP_SAMPLING = [
+    Case("tap_sampling/unknown_env", lambda: _envs_make("fly"), ValueError,
+         r"unknown env 'fly'; expected one of push, reach"),
+    Case("tap_sampling/unknown_policy", lambda: _tap().make_policy("mlp", 10, 2), ValueError,
+         r"unknown policy 'mlp'; expected one of \('flow', 'gaussian'\)"),
+    Case("tap_sampling/fewer_candidates_than_proposals", lambda: _tap().sampler.check_config(
+        _tap().SamplerConfig("tap", num_policy=4, total=3)), ValueError,
+         r"candidate count total=3 must be >= num_policy \(N\) = 4"),
+    Case("tap_sampling/threshold_above_one", lambda: _tap().thres_weighted_merge(
+        jnp.zeros((2, 3, 2)), jnp.zeros(2), 1.5), ValueError,
+         r"threshold must be finite and in \[0, 1\], got 1.5"),
+    Case("tap_sampling/threshold_below_zero", lambda: _tap().sampler.check_config(
+        _tap().SamplerConfig("tap", threshold=-0.2)), ValueError,
+         r"threshold must be finite and in \[0, 1\], got -0.2"),
+    Case("tap_sampling/lerobot_action_dims", _lerobot_mismatch, ValueError,
+         r"episode 2 has action dimension 7, expected 2 \(from episode 0\)"),
+]
+
+
 CASES: list[Case] = [*ROWS_RUNS, *ROWS_LOADERS, *ROWS_LM, *ROWS_REGRESSION_FLOWS,
                       *ROWS_SAMPLERS_GRAPHS, *ROWS_RL, *ROWS_LLM, *ROWS_LLM_METHODS,
                       *ROWS_FUSION_ROUTE, *ROWS_GLANCE, *ROWS_FGR,
-                      *ROWS_INTERACTIVE_PROOFS, *ROWS_PHYSICS, *ROWS_AUTOMS]
+                      *ROWS_INTERACTIVE_PROOFS, *ROWS_PHYSICS, *ROWS_AUTOMS,
+                      *ROWS_TAP_SAMPLING]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
