@@ -66,21 +66,21 @@ def methods_bar(workdir: str, rows: list[dict], config) -> str:
 
 def rollouts(workdir: str, env_name: str, shown: dict) -> str:
   """`rollouts.png`: pusher (or agent) and block paths of a few episodes per method, with
-  the goal; a filled end marker means success."""
+  the goal, up to success (filled end marker) or the time limit (open marker)."""
   from common.envs import push  # pylint: disable=import-outside-toplevel
   fig, axes = plotting.subplots(1, len(shown), figsize=(5 * len(shown), 5), squeeze=False)
   for ax, (method, out) in zip(axes[0], shown.items()):
-    obs = np.asarray(out.obs)
+    obs, lengths = np.asarray(out.obs), np.asarray(out.lengths)
     for e in range(obs.shape[0]):
+      path = obs[e, :lengths[e] + 1]
       color = f"C{e}"
-      ax.plot(obs[e, :, 0], obs[e, :, 1], color=color, alpha=0.4, lw=1)
+      ax.plot(path[:, 0], path[:, 1], color=color, alpha=0.4, lw=1)
       if env_name == "push":
-        ax.plot(obs[e, :, 2], obs[e, :, 3], color=color, lw=2)
-        goal = obs[e, 0, 6:8]
-        ax.add_patch(_circle(goal, push.GOAL_TOLERANCE, color))
-        end = obs[e, -1, 2:4]
+        ax.plot(path[:, 2], path[:, 3], color=color, lw=2)
+        ax.add_patch(_circle(path[0, 6:8], push.GOAL_TOLERANCE, color))
+        end = path[-1, 2:4]
       else:
-        end = obs[e, -1, :2]
+        end = path[-1, :2]
       ax.plot(*end, marker="s", color=color,
               fillstyle="full" if bool(np.asarray(out.success)[e]) else "none", ms=9)
     ax.set(xlim=(-1, 1), ylim=(-1, 1), aspect="equal",
