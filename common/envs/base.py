@@ -15,6 +15,7 @@ set once reached), so a fixed-length ``lax.scan`` is an episode.
 
 from __future__ import annotations
 
+import functools
 import numbers
 from typing import Any, Callable, NamedTuple
 
@@ -54,8 +55,19 @@ class ControlEnv(NamedTuple):
   action_high: Any
 
 
-def check_settings(name: str, max_steps: Any, expert_noise: Any) -> tuple[int, float]:
-  """The common ``make`` arguments, checked: (positive int horizon, noise >= 0).
+def planar_env(module, name: str, max_steps: Any, expert_noise: Any) -> ControlEnv:
+  """The `ControlEnv` of a task module with 2-D displacement actions.
+
+  ``module`` provides OBS_DIM, MAX_STEP and the functions reset, step, observe,
+  progress, success and expert(state, key, noise). Equal arguments give the same object,
+  so jitted functions that take the env as a static argument (`common.envs.rollout`)
+  compile once per setting.
+
+  Args:
+    module: the task module.
+    name: the env's name.
+    max_steps: episode horizon, a positive int.
+    expert_noise: the expert's noise standard deviation as a fraction of MAX_STEP, >= 0.
 
   Raises:
     ValueError naming the env and the bad value.
@@ -65,4 +77,14 @@ def check_settings(name: str, max_steps: Any, expert_noise: Any) -> tuple[int, f
     raise ValueError(f"{name}: max_steps={max_steps!r}; expected a positive integer")
   if not isinstance(expert_noise, numbers.Real) or expert_noise < 0:
     raise ValueError(f"{name}: expert_noise={expert_noise!r}; expected a number >= 0")
-  return int(max_steps), float(expert_noise)
+  return _planar_env(module, name, int(max_steps), float(expert_noise))
+
+
+@functools.lru_cache(maxsize=None)
+def _planar_env(module, name, max_steps, expert_noise):
+  m = module
+  return ControlEnv(
+      name=name, obs_dim=m.OBS_DIM, action_dim=2, max_steps=max_steps, reset=m.reset,
+      step=m.step, observe=m.observe, progress=m.progress, success=m.success,
+      expert=functools.partial(m.expert, noise=expert_noise), action_low=-m.MAX_STEP,
+      action_high=m.MAX_STEP)

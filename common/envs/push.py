@@ -47,14 +47,14 @@ Gaussian noise (``noise * MAX_STEP``) is added to every action.
 
 from __future__ import annotations
 
-import functools
 import math
+import sys
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from common.envs.base import ControlEnv, check_settings
+from common.envs.base import ControlEnv, planar_env
 from common.envs.reach import noisy_step_towards, orbit_waypoint
 
 TABLE_HALF_SIZE = 1.0
@@ -296,28 +296,10 @@ def state_from_obs(obs, mode=1):
 
 
 def make(max_steps: int = MAX_STEPS, expert_noise: float = EXPERT_NOISE) -> ControlEnv:
-  """The pushing task as a `ControlEnv`.
-
-  Equal arguments give the same object, so jitted functions that take the env as a
-  static argument (`common.envs.rollout`) compile once per setting.
-
-  Args:
-    max_steps: episode horizon.
-    expert_noise: the expert's noise standard deviation, as a fraction of MAX_STEP.
-
-  Returns:
-    A `ControlEnv` named "push" (obs_dim 12, action_dim 2).
+  """The pushing task as a `ControlEnv` named "push" (obs_dim 12, action_dim 2); see
+  `base.planar_env` for the arguments and caching.
 
   Example:
     >>> env = make(); s = env.reset(jax.random.PRNGKey(0))
   """
-  return _build(*check_settings("push", max_steps, expert_noise))
-
-
-@functools.lru_cache(maxsize=None)
-def _build(max_steps, expert_noise):
-  return ControlEnv(
-      name="push", obs_dim=OBS_DIM, action_dim=2, max_steps=max_steps,
-      reset=reset, step=step, observe=observe, progress=progress, success=success,
-      expert=functools.partial(expert, noise=expert_noise),
-      action_low=-MAX_STEP, action_high=MAX_STEP)
+  return planar_env(sys.modules[__name__], "push", max_steps, expert_noise)

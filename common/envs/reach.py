@@ -32,14 +32,14 @@ deviation ``noise * MAX_STEP`` is added to each action.
 
 from __future__ import annotations
 
-import functools
 import math
+import sys
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from common.envs.base import ControlEnv, check_settings
+from common.envs.base import ControlEnv, planar_env
 
 ARENA_HALF_SIZE = 1.0
 MAX_STEP = 0.05
@@ -312,28 +312,10 @@ def state_from_obs(obs, mode=1):
 
 
 def make(max_steps: int = MAX_STEPS, expert_noise: float = EXPERT_NOISE) -> ControlEnv:
-  """The reach-with-obstacles task as a `ControlEnv`.
-
-  Equal arguments give the same object, so jitted functions that take the env as a
-  static argument (`common.envs.rollout`) compile once per setting.
-
-  Args:
-    max_steps: episode horizon.
-    expert_noise: the expert's noise standard deviation, as a fraction of MAX_STEP.
-
-  Returns:
-    A `ControlEnv` named "reach" (obs_dim 13, action_dim 2).
+  """The reach-with-obstacles task as a `ControlEnv` named "reach" (obs_dim 13, action_dim 2); see
+  `base.planar_env` for the arguments and caching.
 
   Example:
     >>> env = make(); s = env.reset(jax.random.PRNGKey(0))
   """
-  return _build(*check_settings("reach", max_steps, expert_noise))
-
-
-@functools.lru_cache(maxsize=None)
-def _build(max_steps, expert_noise):
-  return ControlEnv(
-      name="reach", obs_dim=OBS_DIM, action_dim=2, max_steps=max_steps,
-      reset=reset, step=step, observe=observe, progress=progress, success=success,
-      expert=functools.partial(expert, noise=expert_noise),
-      action_low=-MAX_STEP, action_high=MAX_STEP)
+  return planar_env(sys.modules[__name__], "reach", max_steps, expert_noise)
