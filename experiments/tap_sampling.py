@@ -32,6 +32,7 @@ from scipy import stats
 from sklearn import metrics as sk_metrics
 
 from common import envs
+from common import kernels
 from common import report
 from common import train as train_lib
 from common import trials
@@ -166,7 +167,7 @@ def coverage_row(env, models, demos, config, seed: int, policy: str) -> dict:
   obs = jnp.asarray(demos.obs)[e, t]
   expert = rollout.expert_chunks(env, key_e, states, config.horizon,
                                  c.expert_samples) / env.action_high
-  ell = float(ts_lengthscale(expert))
+  ell = _expert_lengthscale(expert)
   cfg = sampler_config(config, "tap", s.total)
 
   def one(key, o, y, state):
@@ -194,9 +195,8 @@ def _within_state_spearman(score, truth) -> float:
   return float(np.mean(rhos)) if rhos else float("nan")
 
 
-def ts_lengthscale(expert) -> float:
+def _expert_lengthscale(expert) -> float:
   """The median heuristic on the pooled expert chunks (one lengthscale per environment)."""
-  from common import kernels  # pylint: disable=import-outside-toplevel
   flat = np.asarray(expert).reshape(-1, np.prod(expert.shape[2:]))
   return float(kernels.median_heuristic(flat, max_points=1000))
 

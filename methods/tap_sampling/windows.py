@@ -100,6 +100,11 @@ def window_labels(start: int, end: int, length: int, horizon: int) -> np.ndarray
   return np.linspace(start / length, end / length, horizon)
 
 
+def _episodes_by_length(rng, lengths: np.ndarray, num: int) -> np.ndarray:
+  """``num`` episode indices drawn with probability L_e / sum L: every frame equally likely."""
+  return rng.choice(len(lengths), size=num, p=lengths / lengths.sum())
+
+
 def _one_window(rng, actions_e, length, horizon, min_len, max_len):
   l = int(rng.integers(min_len, max_len + 1))
   t = int(rng.integers(0, length + 1))
@@ -142,7 +147,7 @@ def progress_windows(demos: Any, seed: int, step: int, *, batch_size: int, horiz
     raise ValueError(f"episode {int(np.argmin(lengths))} has {lengths.min()} steps; progress "
                      f"windows need every episode to have >= max_len = {max_len}")
   rng = np.random.default_rng([seed, step])
-  episodes = rng.choice(len(lengths), size=batch_size, p=lengths / lengths.sum())
+  episodes = _episodes_by_length(rng, lengths, batch_size)
   obs, chunks, labels, forward = [], [], [], []
   for e in episodes:
     t, chunk, label = _one_window(rng, np.asarray(demos.actions[e]), lengths[e], horizon,
@@ -171,5 +176,5 @@ def sample_frames(demos: Any, seed: int, num: int) -> tuple[np.ndarray, np.ndarr
   _check_demos(demos)
   lengths = np.asarray(demos.lengths, int)
   rng = np.random.default_rng(seed)
-  episodes = rng.choice(len(lengths), size=num, p=lengths / lengths.sum())
+  episodes = _episodes_by_length(rng, lengths, num)
   return episodes, (rng.random(num) * lengths[episodes]).astype(int)
