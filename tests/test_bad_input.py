@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+import pandas as pd
 import pytest
 
 from common import checkpoint as checkpoint_lib
@@ -977,11 +978,58 @@ ROWS_TAP_SAMPLING = [
 ]
 
 
+def _tables():
+  from common.data import tables  # pylint: disable=import-outside-toplevel
+  return tables
+
+
+def _csv(text: str) -> str:
+  path = os.path.join(tempfile.mkdtemp(), "table.csv")
+  with open(path, "w") as f:
+    f.write(text)
+  return path
+
+
+def _schema(**overrides):
+  fields = dict(numeric=("age",), categorical=("city",), target="city")
+  return _tables().Schema(**{**fields, **overrides})
+
+
+def _many_categories():
+  frame = pd.DataFrame({"age": np.arange(70.0), "city": [f"c{i}" for i in range(70)]})
+  _tables().TableEncoder.fit(_tables().Table("t", frame, _schema()), max_categories=64)
+
+
+def _qtab():
+  from methods import qtab  # pylint: disable=import-outside-toplevel
+  return qtab
+
+
+ROWS_QTAB = [
+    Case("qtab/schema_column_missing_from_csv", lambda: _tables().load_csv(
+        _csv("age,town\n3,a\n"), _schema()), ValueError,
+         r"column 'city' named by the schema is not in .*table.csv"),
+    Case("qtab/non_numeric_cell", lambda: _tables().load_csv(
+        _csv("age,city\n3,a\nold,b\n"), _schema()), ValueError,
+         r"numeric column 'age' of .* has the non-numeric value 'old'"),
+    Case("qtab/too_many_categories", _many_categories, ValueError,
+         r"column 'city' has 70 categories, more than max_categories=64"),
+    Case("qtab/fewer_rows_than_batch", lambda: _tables().check_rows(_tables().Table(
+        "t", pd.DataFrame({"age": [1.0], "city": ["a"]}), _schema()), 64), ValueError,
+         r"table 't' has 1 rows, fewer than the batch size 64"),
+    Case("qtab/target_not_a_column", lambda: _schema(target="income"), ValueError,
+         r"target 'income' is not among the numeric or categorical"),
+    Case("qtab/unknown_corruption", lambda: _qtab().tokenizer.check_config(
+        _qtab().tokenizer.TokenizerConfig(corruption="everywhere")), ValueError,
+         r"corruption must be one of \('none', 'uniform', 'fine', 'coarse'\), got 'everywhere'"),
+]
+
+
 CASES: list[Case] = [*ROWS_RUNS, *ROWS_LOADERS, *ROWS_LM, *ROWS_REGRESSION_FLOWS,
                       *ROWS_SAMPLERS_GRAPHS, *ROWS_RL, *ROWS_LLM, *ROWS_LLM_METHODS,
                       *ROWS_FUSION_ROUTE, *ROWS_GLANCE, *ROWS_FGR,
                       *ROWS_INTERACTIVE_PROOFS, *ROWS_PHYSICS, *ROWS_AUTOMS,
-                      *ROWS_TAP_SAMPLING]
+                      *ROWS_TAP_SAMPLING, *ROWS_QTAB]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

@@ -24,6 +24,7 @@ conditional generation and imputation.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple, Sequence
 
@@ -166,9 +167,13 @@ def sample(params, key, tokens, known, vocab_sizes: Sequence[int], config: Gener
     raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
   if steps < 1:
     raise ValueError(f"steps must be >= 1, got {steps}")
-  sizes = check_vocab_sizes(vocab_sizes)
-  tokens = jnp.asarray(tokens, jnp.int32)
-  mask0 = ~jnp.asarray(known, bool)
+  return _sample(params, key, jnp.asarray(tokens, jnp.int32), jnp.asarray(known, bool),
+                 check_vocab_sizes(vocab_sizes), config, int(steps), temperature, order, noise)
+
+
+@functools.partial(jax.jit, static_argnames=("sizes", "config", "steps", "order"))
+def _sample(params, key, tokens, known, sizes, config, steps, temperature, order, noise):
+  mask0 = ~known
   n0 = jnp.sum(mask0, axis=1, keepdims=True)
 
   def body(t, carry):

@@ -159,8 +159,9 @@ def dcr(train: pd.DataFrame, holdout: pd.DataFrame, synthetic: pd.DataFrame, sch
   memorisation, for equally large splits), score = min(2 (1 - share), 1).
 
   Args:
-    train: rows the generator was fit on. holdout: real rows it never saw (sdmetrics
-      warns below half as many as train). synthetic: generated rows. schema: Schema.
+    train: rows the generator was fit on; a larger train is subsampled to the
+      holdout's size (seeded), so both splits are equally large. holdout: real rows it
+      never saw. synthetic: generated rows. schema: Schema.
     num_rows_subsample: rows drawn from each frame per iteration (sdmetrics' speed
       knob, cost is quadratic in rows); None, or >= the smallest frame, for all.
     num_iterations: iterations averaged when subsampling. seed: for the subsamples.
@@ -173,6 +174,8 @@ def dcr(train: pd.DataFrame, holdout: pd.DataFrame, synthetic: pd.DataFrame, sch
   """
   train, holdout, synthetic = _check(schema.columns, train=train, holdout=holdout,
                                      synthetic=synthetic)
+  if len(train) > len(holdout):  # equal splits, so that 1/2 is the no-memorisation share
+    train = train.sample(len(holdout), random_state=seed).reset_index(drop=True)
   if num_rows_subsample is not None:
     smallest = min(len(train), len(holdout), len(synthetic))
     if num_rows_subsample >= smallest:

@@ -1,7 +1,5 @@
 """Tests of Q-Tab's runtime baselines: the SDV Gaussian copula and TabDDPM."""
 
-import dataclasses
-
 import chex
 import jax
 import jax.numpy as jnp
@@ -9,21 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from common.data.tables import Schema
 from common.train import default_train_config, train
 from methods.qtab import copula
 from methods.qtab import diffusion
-
-
-@dataclasses.dataclass(frozen=True)
-class _Schema:
-  """A stand-in for common.data.tables.Schema (the fields the baselines read)."""
-  numeric: tuple
-  categorical: tuple
-  target: str
-
-  @property
-  def columns(self):
-    return self.numeric + self.categorical
 
 
 # ------------------------------------------------------------------------ copula
@@ -41,7 +28,7 @@ def _frame(n=800, seed=0):
 
 @pytest.fixture(scope="module")
 def fitted_copula():
-  schema = _Schema(("a", "b"), ("c",), "c")
+  schema = Schema(("a", "b"), ("c",), "c")
   frame = _frame()
   return copula.GaussianCopula(schema).fit(frame), frame
 
@@ -70,7 +57,7 @@ def test_copula_sampling_is_deterministic_given_the_seed(fitted_copula):
 
 
 def test_copula_rejects_an_unknown_distribution_and_sampling_before_fit():
-  schema = _Schema(("a",), (), "a")
+  schema = Schema(("a",), (), "a")
   with pytest.raises(ValueError, match="numerical_distribution"):
     copula.GaussianCopula(schema, numerical_distribution="weibull")
   with pytest.raises(ValueError, match="before fit"):

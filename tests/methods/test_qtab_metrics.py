@@ -1,7 +1,6 @@
 """Tests of methods/qtab/metrics.py: sdmetrics wrappers, MLE, alpha-precision /
 beta-recall, imputation and code-tuple helpers, on small generated tables."""
 
-import dataclasses
 import warnings
 
 import numpy as np
@@ -10,25 +9,8 @@ import pytest
 import threadpoolctl
 from sdmetrics import single_table as sd_single_table
 
+from common.data.tables import Schema
 from methods.qtab import metrics
-
-try:
-  from common.data.tables import Schema
-except ImportError:  # tables.py lands separately; the same fields.
-
-  @dataclasses.dataclass(frozen=True)
-  class Schema:
-    numeric: tuple[str, ...]
-    categorical: tuple[str, ...]
-    target: str
-
-    @property
-    def task(self) -> str:
-      return "classification" if self.target in self.categorical else "regression"
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-      return self.numeric + self.categorical
 
 
 SCHEMA = Schema(numeric=("x1", "x2"), categorical=("c", "y"), target="y")
