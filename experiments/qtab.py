@@ -260,6 +260,9 @@ def _table_rows(config, workdir: str, name: str, log, done) -> list[dict]:
           save_samples(workdir, name, method, synthetic)
         row = log.append({"table": name, "seed": seed, "method": method,
                           "task": data[0].schema.task, **row})
+        # Each model compiles its own programs; XLA:CPU keeps every one mapped, and a
+        # whole run's worth exhausts the kernel's vm.max_map_count.
+        jax.clear_caches()
       rows.append(row)
   return rows
 
