@@ -1,57 +1,64 @@
-"""Benchmark: Q-Tab (JAX) against CTGAN (PyTorch, the SDV project's `ctgan` package).
+"""Benchmark: Q-Tab (JAX) against CTGAN and TVAE (PyTorch, the SDV project's `ctgan` package).
 
   python -m experiments.benchmarks.qtab [--table=fair] [--max_rows=3000] [--epochs=300]
       [--repeats=3] [--num_samples=10000] [--torch_threads=0] [--tiny]
 
-Both sides train on the same training rows of one bundled table (`tables.load_table(
-max_rows=)`, then `tables.split` with the experiment's test fraction 0.25), for the
-same number of epochs, on the CPU. Figures are medians over `--repeats` runs:
+The three models train on the same training rows of one bundled table
+(`tables.load_table(max_rows=)`, then `tables.split` with the experiment's test
+fraction 0.25), for the same number of epochs, on the CPU, in one run. Figures are
+medians over `--repeats` runs; each peer's is set beside Q-Tab's with the ratio
+Q-Tab / peer:
 
-1. Training throughput. An epoch is one pass over the n training rows, taken as
-   max(n // B, 1) steps of B rows on both sides (CTGAN's own count). Q-Tab trains in
-   two stages and each is counted: an epoch of Q-Tab is one tokenizer epoch plus one
-   generator epoch, so its rows processed are epochs x (tokenizer steps x B_tok +
-   generator steps x B_gen), about twice n per epoch; CTGAN's are epochs x steps x
-   B (real rows through the discriminator; one discriminator step per generator step,
-   its default). rows/s = rows processed / wall seconds of a whole training run: for
-   Q-Tab the `TableEncoder` fit, the tokenizer's steps, tokenizing the rows and the
-   generator's steps; for CTGAN `CTGAN.fit`, its mode-specific normalisation (one
-   Bayesian GMM per numeric column) included. Epochs/s is printed beside it.
+1. Training throughput and median fit seconds. An epoch is one pass over the n
+   training rows. CTGAN takes max(n // B, 1) steps of B rows (its own count), real rows
+   through the discriminator, one discriminator step per generator step (its default):
+   epochs x steps x B rows. TVAE's DataLoader (drop_last=False) takes ceil(n / B)
+   steps, the last one partial: epochs x n rows. Q-Tab takes max(n // B, 1) steps of B
+   rows per stage and trains in two stages, each counted: an epoch of Q-Tab is one
+   tokenizer epoch plus one generator epoch, so its rows processed are epochs x
+   (tokenizer steps x B_tok + generator steps x B_gen), about twice n per epoch.
+   rows/s = rows processed / wall seconds of a whole training run: for Q-Tab the
+   `TableEncoder` fit, the tokenizer's steps, tokenizing the rows and the generator's
+   steps; for the peers `CTGAN.fit` / `TVAE.fit`, their shared mode-specific
+   normalisation (`DataTransformer`: one Bayesian GMM per numeric column, timed apart
+   too) included. Epochs/s is printed beside it.
    Q-Tab's steps are `common.train.train_step` (the loop's jitted, donating step, with
    the experiment's loss functions `tok_lib.make_loss_fn`, `gen_lib.make_loss_fn`
    and `training.optimizer`, batches from `training.rows_batch_fn`), called in a plain
    loop, so no checkpoint or metrics I/O is timed; one untimed run of one step per
-   stage compiles first. CTGAN gets one untimed 1-epoch fit first.
+   stage compiles first. Each peer gets one untimed 1-epoch fit first.
 2. Sampling throughput: `--num_samples` rows from each trained model. Q-Tab: one
    jitted `model.generate` (MaskGIT, the experiment's sampling settings), timed alone
    and with `TableEncoder.decode` to a frame (`common.timing.median_seconds`, after a
-   compiling call); CTGAN: `CTGAN.sample`, which returns a frame.
-3. Quality at equal wall time: Q-Tab trains for as many epochs as fit in CTGAN's
-   median training time (at the pace of its timed runs, at least 1 epoch), then
-   both sample n rows, scored with `methods.qtab.metrics`: column shapes and pair
-   trends (sdmetrics' QualityReport) against the training rows, and MLE on the
-   held-out rows (HistGradientBoosting trained on the synthetic rows: ROC AUC, macro-F1
-   or R^2). Q-Tab after the full `--epochs` and the real training rows' MLE are shown
-   beside them.
+   compiling call); CTGAN and TVAE: their `.sample(n)`, which returns a frame.
+3. Quality, n rows sampled from each model, scored with `methods.qtab.metrics`: column
+   shapes and pair trends (sdmetrics' QualityReport) against the training rows, and
+   MLE on the held-out rows (HistGradientBoosting trained on the synthetic rows: ROC
+   AUC, macro-F1 or R^2). Columns: CTGAN and TVAE after `--epochs`; Q-Tab at equal wall
+   time, i.e. for as many epochs as fit in CTGAN's median training time (at the pace of
+   its timed runs, at least 1 epoch), and likewise at TVAE's (one column when both give
+   the same epochs); Q-Tab after the full `--epochs`; the real training rows' MLE.
 
 Sizes. Q-Tab: the experiment's `quick` preset (tokenizer 8 bits x 4 levels, MLPs
 2 x 256, fine corruption at 0.2; generator width 64, depth 2, 4 heads; batches 256 and
 128; learning rate 1e-3; 8 MaskGIT steps, random order). CTGAN: the defaults of its
 docstring, which its README uses (embedding 128, generator and discriminator
 (256, 256), batch 500, pac 10, Adam 2e-4, one discriminator step, log-frequency
-conditional sampling), `enable_gpu=False` (0.12 deprecates `cuda=False` for it), the
-schema's categorical columns as `discrete_columns`, and `torch.set_num_threads` at
-the machine's cores (`--torch_threads` overrides). The README documents no other CPU
+conditional sampling). TVAE: the defaults of its constructor (embedding 128, compress
+and decompress (128, 128), l2scale 1e-5, batch 500, loss_factor 2, Adam 1e-3). Both
+peers get `enable_gpu=False` (0.12 deprecates `cuda=False` for it), the schema's
+categorical columns as `discrete_columns`, and `torch.set_num_threads` at the
+machine's cores (`--torch_threads` overrides). The README documents no other CPU
 setting. On a loaded machine torch's intra-op pool degrades badly (threads wait for
 descheduled siblings): with another job on both cores of a 2-core machine, a 2-epoch
 CTGAN fit on fair took 15 s at 2 threads and 0.5 s at 1, so run this on an idle machine,
-or pass `--torch_threads=1` to give the peer its best case there. `--tiny` is a
-seconds-long check: 300 rows, 1 epoch, 1 repeat, 1000 samples, small networks on both
+or pass `--torch_threads=1` to give the peers their best case there. `--tiny` is a
+seconds-long check: 300 rows, 1 epoch, 1 repeat, 1000 samples, small networks on all
 sides.
 
 torch and ctgan come from the `bench` extra and are imported inside functions, so this
 module imports without them. The machine's load average is printed before and after:
-both sides are multithreaded, and other processes skew them.
+all sides are multithreaded, and other processes skew them.
 """
 
 from __future__ import annotations
@@ -87,8 +94,9 @@ from methods.qtab import training
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("table", "fair", list(tables.TABLES), "The bundled table.")
 flags.DEFINE_integer("max_rows", 3000, "Rows drawn from the table (0: all), before the split.")
-flags.DEFINE_integer("epochs", 300, "Training epochs on both sides (CTGAN's default: 300).")
-flags.DEFINE_integer("repeats", 3, "Timed runs per side (medians reported).")
+flags.DEFINE_integer("epochs", 300, "Training epochs on all sides (CTGAN's and TVAE's "
+                     "default: 300).")
+flags.DEFINE_integer("repeats", 3, "Timed runs per model (medians reported).")
 flags.DEFINE_integer("num_samples", 10_000, "Rows drawn in the sampling comparison.")
 flags.DEFINE_integer("seed", 0, "Seed of the split, both models and the metrics.")
 flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads (0: the machine's cores).")
@@ -117,6 +125,22 @@ CTGAN_DEFAULT = dict(embedding_dim=128, generator_dim=(256, 256),
                      discriminator_dim=(256, 256), batch_size=500, pac=10)
 CTGAN_TINY = dict(embedding_dim=32, generator_dim=(32, 32), discriminator_dim=(32, 32),
                   batch_size=100, pac=10)
+TVAE_DEFAULT = dict(embedding_dim=128, compress_dims=(128, 128),
+                    decompress_dims=(128, 128), l2scale=1e-5, batch_size=500, loss_factor=2)
+TVAE_TINY = dict(embedding_dim=32, compress_dims=(32, 32), decompress_dims=(32, 32),
+                 l2scale=1e-5, batch_size=100, loss_factor=2)
+
+
+class Peer(NamedTuple):
+  """A peer: a synthesizer class of the `ctgan` package and its constructor's sizes."""
+  name: str  # the class: "CTGAN" or "TVAE"
+  sizes: dict
+  partial_batch: bool  # an epoch ends with a partial batch (TVAE), not max(n // B, 1) full
+
+
+def peers(tiny: bool) -> tuple[Peer, ...]:
+  return (Peer("CTGAN", CTGAN_TINY if tiny else CTGAN_DEFAULT, False),
+          Peer("TVAE", TVAE_TINY if tiny else TVAE_DEFAULT, True))
 
 
 class Stage(NamedTuple):
@@ -205,22 +229,22 @@ def time_qtab(train, spec, sizes, epochs: int, repeats: int, seed: int, mesh) ->
           "params": params}
 
 
-def ctgan_model(ctgan_sizes: dict, epochs: int, seed: int):
+def peer_model(peer: Peer, epochs: int, seed: int):
   import ctgan  # pylint: disable=import-outside-toplevel
-  model = ctgan.CTGAN(epochs=epochs, enable_gpu=False, **ctgan_sizes)
+  model = getattr(ctgan, peer.name)(epochs=epochs, enable_gpu=False, **peer.sizes)
   model.set_random_state(seed)
   return model
 
 
-def fit_ctgan(model, train: tables.Table):
+def fit_peer(model, train: tables.Table):
   with warnings.catch_warnings():  # sklearn's GMM convergence warnings, rdt's notices
     warnings.simplefilter("ignore")
     model.fit(train.frame, discrete_columns=list(train.schema.categorical))
   return model
 
 
-def ctgan_prep_seconds(train: tables.Table) -> float:
-  """CTGAN's preprocessing alone: its DataTransformer's fit and transform."""
+def peer_prep_seconds(train: tables.Table) -> float:
+  """The peers' preprocessing alone: their DataTransformer's fit and transform."""
   from ctgan import data_transformer  # pylint: disable=import-outside-toplevel
   start = time.perf_counter()
   with warnings.catch_warnings():
@@ -231,19 +255,24 @@ def ctgan_prep_seconds(train: tables.Table) -> float:
   return time.perf_counter() - start
 
 
-def time_ctgan(train, ctgan_sizes: dict, epochs: int, repeats: int, seed: int) -> dict:
-  """Median seconds of `repeats` `CTGAN.fit` runs (after an untimed 1-epoch fit)."""
-  fit_ctgan(ctgan_model(ctgan_sizes, 1, seed), train)
+def peer_rows(peer: Peer, n: int, epochs: int) -> int:
+  """Rows processed: TVAE's DataLoader passes every row once an epoch; CTGAN takes
+  max(n // B, 1) batches of B."""
+  b = peer.sizes["batch_size"]
+  return epochs * (n if peer.partial_batch else steps_per_epoch(n, b) * b)
+
+
+def time_peer(train, peer: Peer, epochs: int, repeats: int, seed: int) -> dict:
+  """Median seconds of `repeats` `.fit` runs of the peer (after an untimed 1-epoch fit)."""
+  fit_peer(peer_model(peer, 1, seed), train)
   times = []
   for _ in range(repeats):
-    model = ctgan_model(ctgan_sizes, epochs, seed)
+    model = peer_model(peer, epochs, seed)
     start = time.perf_counter()
-    fit_ctgan(model, train)
+    fit_peer(model, train)
     times.append(time.perf_counter() - start)
-  b = ctgan_sizes["batch_size"]
-  return {"seconds": statistics.median(times), "epochs": epochs, "model": model,
-          "rows": epochs * steps_per_epoch(len(train.frame), b) * b,
-          "prep": ctgan_prep_seconds(train)}
+  return {"name": peer.name, "seconds": statistics.median(times), "epochs": epochs,
+          "model": model, "rows": peer_rows(peer, len(train.frame), epochs)}
 
 
 def decode(encoder: tables.TableEncoder, x_num, x_cat) -> pd.DataFrame:
@@ -258,30 +287,48 @@ def qtab_sampler(spec, sizes: QTabSizes, n: int):
       spec, params, key, n, steps=sizes.sample_steps, temperature=1.0, order="random")[:2])
 
 
-def time_sampling(ours: dict, peer: dict, spec, sizes, n: int, repeats: int,
+def time_sampling(ours: dict, runs: list[dict], spec, sizes, n: int, repeats: int,
                   seed: int) -> dict:
-  """Median seconds to draw n rows: Q-Tab as arrays and as a frame, CTGAN (a frame)."""
+  """Median seconds to draw n rows: Q-Tab as arrays and as a frame; each peer (a frame),
+  under "peers" by name."""
   draw = qtab_sampler(spec, sizes, n)
   keys = iter(jax.random.split(jax.random.PRNGKey(seed + 1), 2 * repeats + 2))
   params, encoder = ours["params"], ours["encoder"]
   arrays = timing.median_seconds(lambda: draw(params, next(keys)), repeats)
   frame = timing.median_seconds(lambda: decode(encoder, *draw(params, next(keys))), repeats)
-  peer_frame = timing.median_seconds(lambda: peer["model"].sample(n), repeats)
-  return {"ours_arrays": arrays, "ours_frame": frame, "peer_frame": peer_frame}
+  peer_frames = {run["name"]: timing.median_seconds(functools.partial(run["model"].sample, n),
+                                                    repeats) for run in runs}
+  return {"ours_arrays": arrays, "ours_frame": frame, "peers": peer_frames}
 
 
-def equal_time_qtab(train, spec, sizes, ours: dict, budget: float, seed: int, mesh) -> dict:
-  """Q-Tab trained for the epochs that fit in `budget` seconds, at its measured pace:
+def equal_time_epochs(ours: dict, budget: float) -> int:
+  """The epochs of Q-Tab that fit in `budget` seconds, at its measured pace:
   k = E (budget - t_fixed) / (t_E - t_fixed), t_fixed a 1-step run's time (encoder fit,
-  initialisation, tokenization)."""
+  initialisation, tokenization); at least 1."""
   pace = max(ours["seconds"] - ours["fixed"], 1e-6) / ours["epochs"]
-  k = max(1, int((budget - ours["fixed"]) / pace))
-  stages = qtab_stages(spec, sizes, len(train.frame), k)
+  return max(1, int((budget - ours["fixed"]) / pace))
+
+
+def train_qtab(train, spec, sizes, epochs: int, seed: int, mesh) -> dict:
+  """One timed Q-Tab training run of `epochs` epochs (after an untimed compiling run)."""
+  stages = qtab_stages(spec, sizes, len(train.frame), epochs)
   fit_qtab(train, spec, stages, seed, mesh, steps=1)  # compiles (new schedules), untimed
   start = time.perf_counter()
   encoder, params = fit_qtab(train, spec, stages, seed, mesh)
-  return {"seconds": time.perf_counter() - start, "epochs": k, "encoder": encoder,
+  return {"seconds": time.perf_counter() - start, "epochs": epochs, "encoder": encoder,
           "params": params}
+
+
+def equal_time_runs(train, spec, sizes, ours: dict, runs: list[dict], seed: int,
+                    mesh) -> dict:
+  """{label: run}: Q-Tab at each peer's median fit time, one run per distinct epoch
+  count, labelled with the peers whose time gives it."""
+  by_epochs = {}
+  for run in runs:
+    by_epochs.setdefault(equal_time_epochs(ours, run["seconds"]), []).append(run["name"])
+  return {f"Q-Tab at {'/'.join(names)} time ({k} ep.)":
+              train_qtab(train, spec, sizes, k, seed, mesh)
+          for k, names in by_epochs.items()}
 
 
 def score(train: tables.Table, test: tables.Table, frame: pd.DataFrame, seed: int) -> dict:
@@ -302,20 +349,22 @@ def qtab_samples(run: dict, spec, sizes, n: int, seed: int) -> pd.DataFrame:
   return decode(run["encoder"], x_num, x_cat)
 
 
-def quality(train, test, spec, sizes, ours, peer, seed: int, mesh) -> dict:
-  """{column: {metric: value}} for CTGAN, Q-Tab at CTGAN's wall time, Q-Tab after the
-  full epochs, and the real training rows (MLE only)."""
+def quality(train, test, spec, sizes, ours: dict, runs: list[dict], seed: int,
+            mesh) -> dict:
+  """{column: {metric: value}} for each peer, Q-Tab at each peer's wall time, Q-Tab
+  after the full epochs, and the real training rows (MLE only)."""
   n = len(train.frame)
-  equal = equal_time_qtab(train, spec, sizes, ours, peer["seconds"], seed, mesh)
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    peer_rows = peer["model"].sample(n)
-  runs = {f"CTGAN ({peer['epochs']} ep.)": (peer, peer_rows),
-          f"Q-Tab, equal time ({equal['epochs']} ep.)":
-              (equal, qtab_samples(equal, spec, sizes, n, seed)),
-          f"Q-Tab ({ours['epochs']} ep.)": (ours, qtab_samples(ours, spec, sizes, n, seed))}
+  samples = {}
+  for run in runs:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      samples[f"{run['name']} ({run['epochs']} ep.)"] = (run, run["model"].sample(n))
+  qtab_runs = equal_time_runs(train, spec, sizes, ours, runs, seed, mesh)
+  qtab_runs[f"Q-Tab ({ours['epochs']} ep.)"] = ours
+  for name, run in qtab_runs.items():
+    samples[name] = (run, qtab_samples(run, spec, sizes, n, seed))
   out = {name: {"seconds": run["seconds"], **score(train, test, rows, seed)}
-         for name, (run, rows) in runs.items()}
+         for name, (run, rows) in samples.items()}
   out["real training rows"] = {"mle": metrics.mle(train.frame, test.frame, train.schema,
                                                   seed=seed)}
   return out
@@ -328,27 +377,41 @@ def mle_name(train: tables.Table) -> str:
   return "ROC AUC" if train.frame[s.target].nunique() <= 2 else "macro-F1"
 
 
-def print_speed(ours: dict, peer: dict, sampled: dict, n_samples: int) -> None:
+def speed_rows(ours: dict, runs: list[dict], sampled: dict, n_samples: int) -> list:
+  """(label, Q-Tab's figure, [each peer's figure]) rows of the throughput table."""
   rate = lambda rows, seconds: rows / seconds
-  rows = [("training rows/s (Q-Tab: both stages)", rate(ours["rows"], ours["seconds"]),
-           rate(peer["rows"], peer["seconds"])),
+  return [("training rows/s (Q-Tab: both stages)", rate(ours["rows"], ours["seconds"]),
+           [rate(r["rows"], r["seconds"]) for r in runs]),
           ("training epochs/s (Q-Tab epoch: tokenizer + generator)",
-           rate(ours["epochs"], ours["seconds"]), rate(peer["epochs"], peer["seconds"])),
+           rate(ours["epochs"], ours["seconds"]), [rate(r["epochs"], r["seconds"]) for r in runs]),
+          ("median training run, s (lower: faster)", ours["seconds"],
+           [r["seconds"] for r in runs]),
           (f"sampling rows/s ({n_samples} rows, to a frame)",
-           rate(n_samples, sampled["ours_frame"]), rate(n_samples, sampled["peer_frame"]))]
+           rate(n_samples, sampled["ours_frame"]),
+           [rate(n_samples, sampled["peers"][r["name"]]) for r in runs])]
+
+
+def print_speed(ours: dict, runs: list[dict], sampled: dict, n_samples: int,
+                prep: float) -> None:
+  names = [r["name"] for r in runs]
   fmt = lambda x: f"{x:,.1f}" if x >= 10 else f"{x:.3g}"
-  print("| throughput | Q-Tab (JAX) | CTGAN (PyTorch) | Q-Tab / CTGAN |")
-  print("|---|---:|---:|---:|")
-  for name, a, b in rows:
-    print(f"| {name} | {fmt(a)} | {fmt(b)} | {a / b:.2f}x |")
+  ratio = lambda r: f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
+  print("| throughput | Q-Tab (JAX) | " + " | ".join(f"{m} (PyTorch)" for m in names)
+        + " | " + " | ".join(f"Q-Tab / {m}" for m in names) + " |")
+  print("|---|" + "---:|" * (1 + 2 * len(names)))
+  for label, a, bs in speed_rows(ours, runs, sampled, n_samples):
+    print(f"| {label} | {fmt(a)} | " + " | ".join(fmt(b) for b in bs) + " | "
+          + " | ".join(ratio(a / b) for b in bs) + " |")
   print(f"| sampling rows/s (arrays, before decoding) | "
-        f"{fmt(n_samples / sampled['ours_arrays'])} | n/a | |")
+        f"{fmt(n_samples / sampled['ours_arrays'])} |" + " n/a |" * len(names)
+        + " |" * len(names))
+  fits = "; ".join(f"{r['name']} {r['seconds']:.2f} s for {r['rows']:,} rows" for r in runs)
+  draws = ", ".join(f"{m} {sampled['peers'][m]:.3f} s" for m in names)
   print(f"\nMedian training run: Q-Tab {ours['seconds']:.2f} s for {ours['rows']:,} rows "
-        f"(its encoder fit + encode {ours['prep']:.3f} s of it); CTGAN {peer['seconds']:.2f} s "
-        f"for {peer['rows']:,} rows (its DataTransformer fit + transform, timed apart, "
-        f"{peer['prep']:.2f} s). Median sampling: Q-Tab {sampled['ours_frame']:.3f} s "
-        f"({sampled['ours_arrays']:.3f} s before decoding), CTGAN "
-        f"{sampled['peer_frame']:.3f} s.")
+        f"(its encoder fit + encode {ours['prep']:.3f} s of it); {fits} (their shared "
+        f"DataTransformer fit + transform, timed apart, {prep:.2f} s of each). Median "
+        f"sampling: Q-Tab {sampled['ours_frame']:.3f} s ({sampled['ours_arrays']:.3f} s "
+        f"before decoding), {draws}.")
 
 
 def print_quality(scores: dict, mle: str, n_train: int, n_test: int) -> None:
@@ -380,7 +443,8 @@ def setup_torch(threads: int) -> str:
   torch.set_num_threads(threads or os.cpu_count())
   logging.getLogger("rdt").setLevel(logging.WARNING)  # a notice per column per fit
   return (f"python {platform.python_version()}, jax {jax.__version__}, torch "
-          f"{torch.__version__} ({torch.get_num_threads()} threads), ctgan {ctgan.__version__}")
+          f"{torch.__version__} ({torch.get_num_threads()} threads), ctgan {ctgan.__version__} "
+          "(CTGAN, TVAE)")
 
 
 def load(name: str, max_rows: int, seed: int) -> tuple[tables.Table, tables.Table]:
@@ -402,13 +466,14 @@ def parse_flags(argv: list[str]) -> list[str]:
 def main(argv):
   del argv
   tiny = FLAGS.tiny
-  sizes, ctgan_sizes = (TINY, CTGAN_TINY) if tiny else (QUICK, CTGAN_DEFAULT)
+  sizes, others = TINY if tiny else QUICK, peers(tiny)
   epochs, repeats = (1, 1) if tiny else (FLAGS.epochs, FLAGS.repeats)
   n_samples, seed = 1000 if tiny else FLAGS.num_samples, FLAGS.seed
   try:
     versions = setup_torch(FLAGS.torch_threads)
   except ImportError as e:
-    config_lib.die(f"this benchmark needs torch and ctgan ({e}): pip install -e '.[bench]'")
+    config_lib.die(f"this benchmark needs torch and ctgan (for CTGAN and TVAE) ({e}): "
+                   "pip install -e '.[bench]'")
   train, test = load(FLAGS.table, 300 if tiny else FLAGS.max_rows, seed)
   n = len(train.frame)
   if n < max(sizes.tok_batch, sizes.gen_batch):
@@ -417,14 +482,17 @@ def main(argv):
   print(f"# CPU: {cpu_model()}; load average {os.getloadavg()[0]:.2f}; {versions}; "
         f"float32; table {FLAGS.table}: {n} training + {len(test.frame)} held-out rows, "
         f"{epochs} epochs, {repeats} repeats{' (tiny)' if tiny else ''}")
-  print(f"# {describe(sizes)}\n# CTGAN: {ctgan_sizes}, enable_gpu=False\n")
+  print(f"# {describe(sizes)}")
+  for peer in others:
+    print(f"# {peer.name}: {peer.sizes}, enable_gpu=False")
+  print()
   mesh = sharding.make_mesh()
   spec = qtab_spec(train, sizes, seed)
   ours = time_qtab(train, spec, sizes, epochs, repeats, seed, mesh)
-  peer = time_ctgan(train, ctgan_sizes, epochs, repeats, seed)
-  sampled = time_sampling(ours, peer, spec, sizes, n_samples, repeats, seed)
-  print_speed(ours, peer, sampled, n_samples)
-  scores = quality(train, test, spec, sizes, ours, peer, seed, mesh)
+  runs = [time_peer(train, peer, epochs, repeats, seed) for peer in others]
+  sampled = time_sampling(ours, runs, spec, sizes, n_samples, repeats, seed)
+  print_speed(ours, runs, sampled, n_samples, peer_prep_seconds(train))
+  scores = quality(train, test, spec, sizes, ours, runs, seed, mesh)
   print_quality(scores, mle_name(train), n, len(test.frame))
   print(f"\nload average now {os.getloadavg()[0]:.2f}")
 
