@@ -5,9 +5,44 @@ shared across test files, so the suite trains each of them once.
 """
 
 import gc
+import importlib.util
+import os
+import shutil
+import tempfile
 
 import jax
 import pytest
+
+# jax's persistent compilation cache, in one folder per test session that the xdist
+# workers share: a program compiled again with the same HLO (after `jax.clear_caches`,
+# in the other worker, or through a fresh jit wrapper such as `jax.jit(model.init)` on
+# each call) is loaded from disk instead of recompiled; it is the same executable.
+# Only programs that took at least a second to compile are written. A cache size
+# limit turns on the cache's file lock, so that one worker never reads an entry the
+# other is still writing; without filelock (which jax needs for that) there is no cache.
+_CACHE_ENV = "TESTS_JAX_COMPILATION_CACHE"
+_cache_owner = pytest.StashKey[str]()
+
+
+def pytest_configure(config):
+  if importlib.util.find_spec("filelock") is None:
+    return
+  path = os.environ.get(_CACHE_ENV)
+  if not path:  # The session's controller (or a run without xdist) owns the folder.
+    path = tempfile.mkdtemp(prefix="jax-compilation-cache-")
+    os.environ[_CACHE_ENV] = path  # inherited by the workers it starts
+    config.stash[_cache_owner] = path
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+  jax.config.update("jax_compilation_cache_max_size", 64 << 30)
+
+
+def pytest_unconfigure(config):
+  path = config.stash.get(_cache_owner, None)
+  if path is not None:
+    shutil.rmtree(path, ignore_errors=True)
+    os.environ.pop(_CACHE_ENV, None)
+
 
 # XLA:CPU maps each compiled program's code into its own memory regions. A worker
 # that runs hundreds of test files accumulates tens of thousands of them, and at the

@@ -378,7 +378,11 @@ def train(update: Callable, init_state: Callable[[], RunnerState], num_updates: 
   abstract = jax.eval_shape(init_state)
   manager = checkpoint_lib.make_manager(os.path.join(workdir, "checkpoints"), keep=keep)
   step, restored = checkpoint_lib.restore_newest(manager, abstract)
-  state = _strong_jit(restored if step is not None else init_state())
+  # Restored arrays are committed to a device and fresh ones are not, and jit compiles
+  # the update once for each: committing the fresh state too means a resumed run (or a
+  # second `train` call on the same workdir) reuses the compiled update. Same values.
+  state = _strong_jit(jax.device_put(restored if step is not None else init_state(),
+                                     jax.local_devices()[0]))
   done = int(np.max(np.asarray(state.update)))
   if num_seeds is not None:
     checks.positive_int("num_seeds", num_seeds)

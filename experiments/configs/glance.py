@@ -46,7 +46,7 @@ PRESETS = {
     "tiny": {"envs": ("MiniGrid-DoorKey-5x5",), "methods": ("none", "glance", "byol"),
              "seeds": 2, "num_updates": 4, "chunk": 2, "heatmap_early": 2,
              "heatmap_steps": 16, "success_window": 2,
-             "ppo": dict(num_envs=4, num_steps=32, update_epochs=1, num_minibatches=2),
+             "ppo": dict(num_envs=4, num_steps=32, update_epochs=1, num_minibatches=1),
              "curiosity.reinit_every": 2},
 }
 

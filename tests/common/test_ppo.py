@@ -69,6 +69,18 @@ def empty_task():
   return env, lambda p, o: net.apply({"params": p}, o), params
 
 
+@pytest.fixture(scope="module")
+def small_update(empty_task):
+  """The small PPO setting of the resume, seeds and scan tests, with one `update`
+  function between them, so that its jitted update compiles once, not once per test."""
+  env, apply_fn, params = empty_task
+  config = ppo.PPOConfig(num_envs=4, num_steps=16, update_epochs=1, num_minibatches=2)
+  opt = ppo.make_optimizer(config, 4)
+  update = ppo.make_update(env, apply_fn, config, opt)
+  init = lambda k: ppo.init_runner(env, params, config, opt, k)
+  return update, init
+
+
 def test_ppo_solves_an_easy_xminigrid_task(empty_task, tmp_path):
   """MiniGrid-Empty-5x5 (reward on reaching the goal, more the sooner): a random policy
   finishes about 70% of its 16 x 128 steps' episodes within the time limit; PPO, after
@@ -86,12 +98,9 @@ def test_ppo_solves_an_easy_xminigrid_task(empty_task, tmp_path):
   assert last["reward"] > 5 * first["reward"]
 
 
-def test_an_interrupted_run_resumes_exactly(empty_task, tmp_path):
-  env, apply_fn, params = empty_task
-  config = ppo.PPOConfig(num_envs=4, num_steps=16, update_epochs=1, num_minibatches=2)
-  opt = ppo.make_optimizer(config, 4)
-  update = ppo.make_update(env, apply_fn, config, opt)
-  init = lambda: ppo.init_runner(env, params, config, opt, jax.random.PRNGKey(2))
+def test_an_interrupted_run_resumes_exactly(small_update, tmp_path):
+  update, init_from = small_update
+  init = lambda: init_from(jax.random.PRNGKey(2))
   whole = ppo.train(update, init, 4, str(tmp_path / "a"), chunk=2)
   ppo.train(update, init, 2, str(tmp_path / "b"), chunk=2)            # "killed" after 2
   resumed = ppo.train(update, init, 4, str(tmp_path / "b"), chunk=2)
@@ -100,13 +109,9 @@ def test_an_interrupted_run_resumes_exactly(empty_task, tmp_path):
   assert [r["reward"] for r in whole.history] == [r["reward"] for r in resumed.history]
 
 
-def test_seeds_in_parallel_equal_separate_runs(empty_task, tmp_path):
-  env, apply_fn, params = empty_task
-  config = ppo.PPOConfig(num_envs=4, num_steps=16, update_epochs=1, num_minibatches=2)
-  opt = ppo.make_optimizer(config, 2)
-  update = ppo.make_update(env, apply_fn, config, opt)
+def test_seeds_in_parallel_equal_separate_runs(small_update, tmp_path):
+  update, init = small_update
   keys = jax.random.split(jax.random.PRNGKey(3), 2)
-  init = lambda k: ppo.init_runner(env, params, config, opt, k)
   both = ppo.train(update, lambda: jax.vmap(init)(keys), 2, str(tmp_path / "v"), chunk=2,
                    num_seeds=2)
   for i in range(2):
@@ -117,14 +122,10 @@ def test_seeds_in_parallel_equal_separate_runs(empty_task, tmp_path):
                                                             rel=1e-4, abs=1e-6)
 
 
-def test_vmapped_scan_and_seed_by_seed_agree(empty_task):
+def test_vmapped_scan_and_seed_by_seed_agree(small_update):
   """The accelerator path (vmapped seeds in one lax.scan) and the CPU path (one call per
   seed and update) compute the same runs."""
-  env, apply_fn, params = empty_task
-  config = ppo.PPOConfig(num_envs=4, num_steps=16, update_epochs=1, num_minibatches=2)
-  opt = ppo.make_optimizer(config, 2)
-  update = ppo.make_update(env, apply_fn, config, opt)
-  init = lambda k: ppo.init_runner(env, params, config, opt, k)
+  update, init = small_update
   keys = jax.random.split(jax.random.PRNGKey(5), 2)
   a, ma = ppo.run_updates(update, jax.vmap(init)(keys), 2, scan=True, num_seeds=2)
   b, mb = ppo.run_updates(update, jax.vmap(init)(keys), 2, scan=False, num_seeds=2)

@@ -18,6 +18,7 @@ they are measured at the quick preset (results/fgr/ and docs/fgr.md).
 import json
 import os
 
+import jax
 import numpy as np
 import pytest
 
@@ -25,15 +26,26 @@ from experiments import fgr as ex
 from experiments.configs import fgr as configs
 
 
+def _keep_compiled(monkeypatch):
+  """The experiment drops jax's compiled programs after each run, which bounds a long
+  run's memory maps; its four tiny runs share their initialisers, metrics and
+  evaluation programs, so here they are kept (the suite's own guard, tests/conftest.py,
+  still clears them between files)."""
+  monkeypatch.setattr(jax, "clear_caches", lambda: None)
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
   config = configs.get_config("tiny")
   workdir = str(tmp_path_factory.mktemp("fgr"))
-  return config, workdir, ex.run(config, workdir)
+  with pytest.MonkeyPatch.context() as monkeypatch:
+    _keep_compiled(monkeypatch)
+    return config, workdir, ex.run(config, workdir)
 
 
 def test_the_experiment_runs_end_to_end_and_reruns_nothing(tiny, monkeypatch):
   config, workdir, result = tiny
+  _keep_compiled(monkeypatch)
   assert len(result.claims) == 4
   assert sorted(result.plots) == ["ece_vs_severity.png", "reliability.png"]
   for plot in result.plots:

@@ -46,12 +46,18 @@ def test_intrinsic_reward_is_zero_when_prediction_equals_target():
   np.testing.assert_array_equal(r, 0.0)
 
 
+def _policy_params(spec):
+  """The policy network's parameters for `spec`'s view (jitted: one program, not one per
+  initialiser)."""
+  net = networks.ActorCritic(spec.num_actions)
+  dummy = jnp.zeros((1,) + spec.obs_shape, jnp.uint8)
+  return jax.jit(net.init)(jax.random.PRNGKey(0), dummy)["params"]
+
+
 @pytest.fixture(scope="module")
 def agent():
-  env, spec = envs.make_env("MiniGrid-DoorKey-5x5")
-  net = networks.ActorCritic(spec.num_actions)
-  pp = net.init(jax.random.PRNGKey(0), jnp.zeros((1,) + spec.obs_shape, jnp.uint8))["params"]
-  return spec, pp
+  _, spec = envs.make_env("MiniGrid-DoorKey-5x5")
+  return spec, _policy_params(spec)
 
 
 @pytest.mark.parametrize("method", ["glance", "glance_no_bottleneck"])
@@ -88,24 +94,33 @@ def test_without_reinit_the_projector_stays(agent):
     np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("method", [m for m in curiosity.METHODS if m != "none"])
-def test_every_curiosity_fits_the_environment_view(method):
-  """MemoryS8's view is 3x3, DoorKey's 7x7: every model is built for the view it gets
-  and scores a real rollout with a finite, non-negative intrinsic reward."""
+@pytest.fixture(scope="module")
+def memory_rollout():
+  """MemoryS8's spec, the policy's parameters for it and a real 3-step rollout of two
+  environments: the same for every curiosity, so made once (reset and step jitted; op
+  by op, xminigrid's step compiles hundreds of small programs)."""
   env, spec = envs.make_env("MiniGrid-MemoryS8")
-  assert spec.obs_shape == (3, 3, 2)
-  net = networks.ActorCritic(spec.num_actions)
-  pp = net.init(jax.random.PRNGKey(0), jnp.zeros((1,) + spec.obs_shape, jnp.uint8))["params"]
-  hooks, params, extra = curiosity.make_curiosity(method, spec, pp, jax.random.PRNGKey(1))
-  ts = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(2), 2))
+  reset, step = jax.jit(jax.vmap(env.reset)), jax.jit(jax.vmap(env.step))
+  ts = reset(jax.random.split(jax.random.PRNGKey(2), 2))
   obs, actions, next_obs, dones = [], [], [], []
   for t in range(3):
     a = jnp.array([t % 3, 2])
-    nxt = jax.vmap(env.step)(ts, a)
+    nxt = step(ts, a)
     obs.append(ts.observation), actions.append(a), next_obs.append(nxt.observation)
     dones.append(nxt.last())
     ts = nxt
   traj = {"obs": jnp.stack(obs), "actions": jnp.stack(actions),
           "next_obs": jnp.stack(next_obs), "dones": jnp.stack(dones)}
-  r, _, _ = hooks.intrinsic(params, extra, traj)
+  return spec, _policy_params(spec), traj
+
+
+@pytest.mark.parametrize("method", [m for m in curiosity.METHODS if m != "none"])
+def test_every_curiosity_fits_the_environment_view(method, memory_rollout):
+  """MemoryS8's view is 3x3, DoorKey's 7x7: every model is built for the view it gets
+  and scores a real rollout with a finite, non-negative intrinsic reward (jitted, as
+  in training)."""
+  spec, pp, traj = memory_rollout
+  assert spec.obs_shape == (3, 3, 2)
+  hooks, params, extra = curiosity.make_curiosity(method, spec, pp, jax.random.PRNGKey(1))
+  r, _, _ = jax.jit(hooks.intrinsic)(params, extra, traj)
   assert r.shape == (3, 2) and bool(jnp.all(jnp.isfinite(r))) and bool(jnp.all(r >= 0))
