@@ -54,6 +54,7 @@ flags.DEFINE_integer("decode_prompt", 32, "prompt length before decoding")
 flags.DEFINE_integer("decode_tokens", 128, "greedy tokens generated")
 flags.DEFINE_integer("seed", 0, "weights and tokens seed")
 
+PAD_ID = 0  # transformers' pad_token_id in generate; never a prompt token
 BENCH_CONFIG = dict(vocab_size=4096, hidden_size=256, num_hidden_layers=4,
                     num_attention_heads=8, num_key_value_heads=4, intermediate_size=704,
                     max_position_embeddings=1024, rms_norm_eps=1e-6, rope_theta=10000.0,
@@ -122,8 +123,9 @@ def _theirs(hf_model, prompt, n):
 
   def theirs_generate():
     with torch.inference_mode():
-      hf_model.generate(torch.tensor(prompt, dtype=torch.long), max_new_tokens=n,
-                        min_new_tokens=n, do_sample=False, pad_token_id=0)
+      ids = torch.tensor(prompt, dtype=torch.long)
+      hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                        min_new_tokens=n, do_sample=False, pad_token_id=PAD_ID)
   return theirs_prefill, theirs_generate
 
 
@@ -177,7 +179,8 @@ def main(argv):
   b, t, p, n = FLAGS.batch, FLAGS.prefill_len, FLAGS.decode_prompt, FLAGS.decode_tokens
   hf_model, model, params = _models(FLAGS.seed)
   rng = np.random.default_rng(FLAGS.seed)
-  tokens = rng.integers(0, BENCH_CONFIG["vocab_size"], (b, t)).astype(np.int32)
+  # Token 0 is kept out of the prompts: it is the peer's pad id, which it would mask.
+  tokens = rng.integers(PAD_ID + 1, BENCH_CONFIG["vocab_size"], (b, t)).astype(np.int32)
   prompt = tokens[:, :p]
 
   print(f"# LM benchmark: ours (JAX {jax.__version__}) vs transformers "
