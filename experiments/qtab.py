@@ -63,12 +63,9 @@ def load(config, name: str) -> tuple[tables.Table, tables.Table]:
 
 
 def tokenizer_config(config, variant: str) -> tok_lib.TokenizerConfig:
-  t = config.tokenizer
-  base = tok_lib.TokenizerConfig(
-      bits=t.bits, levels=t.levels, hidden=t.hidden, depth=t.depth,
-      corruption=t.corruption, corruption_rate=t.corruption_rate,
-      corruption_mode=t.corruption_mode, corruption_weight=t.corruption_weight,
-      entropy_weight=t.entropy_weight, commit_weight=t.commit_weight)
+  """The `config.tokenizer` fields the TokenizerConfig has, changed as `variant` asks."""
+  fields = [k for k in tok_lib.TokenizerConfig._fields if k in config.tokenizer]
+  base = tok_lib.TokenizerConfig(**{k: config.tokenizer[k] for k in fields})
   return {"qtab": base,
           "qtab_uniform": base._replace(corruption=config.ablations.other_corruption),
           "no_corruption": base._replace(corruption="none"),
@@ -301,9 +298,9 @@ def run(config, workdir: str) -> report.Result:
       rows += _table_rows(config, workdir, name, log, done)
   files = [plots.mle_bars(workdir, rows, config), plots.fidelity_bars(workdir, rows, config)]
   train, _ = load(config, config.tables[0])
-  files.append(plots.marginals(workdir, train.schema, first_table_samples(config, workdir)))
-  files.append(plots.pair_correlations(workdir, train.schema,
-                                       first_table_samples(config, workdir)))
+  samples = first_table_samples(config, workdir)
+  files.append(plots.marginals(workdir, train.schema, samples))
+  files.append(plots.pair_correlations(workdir, train.schema, samples))
   return report.Result(claims=report.claims_table(claims(rows, config)),
                        figures=figures(rows, config), plots=files)
 
@@ -386,7 +383,8 @@ def _residual_claim(rows, config):
              for v in ablations]
   return report.Claim(
       f"Residual LFQ with corruption beats {' and '.join(ablations)} on MLE or fidelity "
-      "(mean gain over tables > 0 on at least one of MLE, column shapes, pair trends)", "the residual structure matters",
+      "(mean gain over tables > 0 on at least one of MLE, column shapes, pair trends)",
+      "the residual structure matters",
       "; ".join(f"{t}: " + ", ".join(f"{m} MLE {_m(rows, t, m, 'mle'):.3f} shapes "
                                      f"{_m(rows, t, m, 'column_shapes'):.3f}"
                                      for m in ("qtab", *ablations)) for t in ts),

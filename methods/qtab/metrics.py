@@ -26,15 +26,10 @@ from sdmetrics import single_table as sd_single_table
 from sdmetrics.single_table.privacy import dcr_utils
 from sklearn import ensemble, metrics as sk_metrics, neighbors, preprocessing
 
+from common.data import tables
+
 _TABLE = "table"
 _MAX_CATEGORIES = 255  # HistGradientBoosting's limit for a categorical feature.
-
-
-def _metadata(schema) -> dict:
-  """sdmetrics' single-table metadata: {"columns": {name: {"sdtype": ...}}}."""
-  columns = {c: {"sdtype": "numerical"} for c in schema.numeric}
-  columns.update({c: {"sdtype": "categorical"} for c in schema.categorical})
-  return {"columns": columns}
 
 
 def _check(columns: Sequence[str], **frames: pd.DataFrame) -> list[pd.DataFrame]:
@@ -88,7 +83,7 @@ def fidelity(real: pd.DataFrame, synthetic: pd.DataFrame, schema,
   report.real_association_threshold = 0
   with _global_numpy_seed(seed):
     report.generate({_TABLE: real}, {_TABLE: synthetic},
-                    {"tables": {_TABLE: _metadata(schema)}}, verbose=False)
+                    {"tables": {_TABLE: tables.sdmetrics_metadata(schema)}}, verbose=False)
   scores = report.get_properties().set_index("Property")["Score"]
   return {"column_shapes": float(scores["Column Shapes"]),
           "pair_trends": float(scores["Column Pair Trends"])}
@@ -128,7 +123,7 @@ def detection(real: pd.DataFrame, synthetic: pd.DataFrame, schema,
   real, synthetic = _check(schema.columns, real=real, synthetic=synthetic)
   with _global_numpy_seed(seed):
     return float(sd_single_table.LogisticDetection.compute(
-        real, synthetic, _metadata(schema)))
+        real, synthetic, tables.sdmetrics_metadata(schema)))
 
 
 def distances_to_closest_record(reference: pd.DataFrame, query: pd.DataFrame,
@@ -146,7 +141,7 @@ def distances_to_closest_record(reference: pd.DataFrame, query: pd.DataFrame,
     >>> distances_to_closest_record(train, train.iloc[:5], schema)  # zeros
   """
   reference, query = _check(schema.columns, reference=reference, query=query)
-  return dcr_utils.calculate_dcr(query, reference, _metadata(schema)).to_numpy(
+  return dcr_utils.calculate_dcr(query, reference, tables.sdmetrics_metadata(schema)).to_numpy(
       dtype=np.float64)
 
 
@@ -182,7 +177,7 @@ def dcr(train: pd.DataFrame, holdout: pd.DataFrame, synthetic: pd.DataFrame, sch
       num_rows_subsample, num_iterations = None, 1
   with _global_numpy_seed(seed):
     out = sd_single_table.DCROverfittingProtection.compute_breakdown(
-        train, synthetic, holdout, _metadata(schema), None,
+        train, synthetic, holdout, tables.sdmetrics_metadata(schema), None,
         num_rows_subsample=num_rows_subsample, num_iterations=num_iterations)
   return {"share_closer_to_train":
               float(out["synthetic_data_percentages"]["closer_to_training"]),

@@ -9,7 +9,7 @@ import pytest
 import threadpoolctl
 from sdmetrics import single_table as sd_single_table
 
-from common.data.tables import Schema
+from common.data.tables import Schema, sdmetrics_metadata
 from methods.qtab import metrics
 
 
@@ -244,5 +244,5 @@ def test_dcr_agrees_with_sdmetrics_directly(real):
   """The wrapper passes the frames to DCROverfittingProtection in the right order."""
   train, holdout, syn = real.iloc[:150], real.iloc[150:], _table(80, 18)
   score = sd_single_table.DCROverfittingProtection.compute(
-      train, syn, holdout, metrics._metadata(SCHEMA), None)
+      train, syn, holdout, sdmetrics_metadata(SCHEMA), None)
   assert metrics.dcr(train, holdout, syn, SCHEMA)["score"] == pytest.approx(score)
