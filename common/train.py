@@ -219,6 +219,17 @@ _BOOL_KEYS = ("progress_bar", "distributed", "nan_guard")
 _ALL_KEYS = (*(key for key, _ in _INT_KEYS), *_BOOL_KEYS, "mesh_shape")
 
 
+def warmup_cosine_adamw(learning_rate: float, num_steps: int, weight_decay: float = 1e-4,
+                        warmup: int = 100) -> optax.GradientTransformation:
+  """clip_by_global_norm(1) -> AdamW with a linear warm-up over min(warmup, steps / 2)
+  steps and a cosine decay to 5% of ``learning_rate``: the default optimizer of the
+  methods that train small models from scratch (Q-Tab, token fusion)."""
+  schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(warmup, num_steps // 2),
+                                                num_steps, learning_rate * 0.05)
+  return optax.chain(optax.clip_by_global_norm(1.0),
+                     optax.adamw(schedule, weight_decay=weight_decay))
+
+
 def validate_train_config(config: Any) -> None:
   """Checks every key of `default_train_config()` is present and valid.
 

@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from common.models.vit import Block
+
 ORDERS = ("confidence", "random")
 
 
@@ -41,21 +43,6 @@ class GeneratorConfig(NamedTuple):
   depth: int = 4
   heads: int = 4
   mlp_ratio: int = 4
-
-
-class Block(nn.Module):
-  """Pre-LN transformer block with full (bidirectional) self-attention."""
-  width: int
-  heads: int
-  mlp_ratio: int
-
-  @nn.compact
-  def __call__(self, h):
-    a = nn.LayerNorm()(h)
-    h = h + nn.MultiHeadDotProductAttention(num_heads=self.heads, qkv_features=self.width)(a, a)
-    m = nn.LayerNorm()(h)
-    m = nn.Dense(self.mlp_ratio * self.width)(m)
-    return h + nn.Dense(self.width)(nn.gelu(m))
 
 
 class MaskedTableTransformer(nn.Module):

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-import optax
+
+from common import train as train_lib
 
 
 def rows_batch_fn(array: np.ndarray, batch_size: int, name: str) -> Callable[[int, int], dict]:
@@ -30,10 +31,4 @@ def rows_batch_fn(array: np.ndarray, batch_size: int, name: str) -> Callable[[in
   return batch_fn
 
 
-def optimizer(learning_rate: float, num_steps: int, weight_decay: float = 1e-4,
-              warmup: int = 100) -> optax.GradientTransformation:
-  """clip_by_global_norm(1) -> AdamW with linear warm-up and cosine decay."""
-  schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(warmup, num_steps // 2),
-                                                num_steps, learning_rate * 0.05)
-  return optax.chain(optax.clip_by_global_norm(1.0),
-                     optax.adamw(schedule, weight_decay=weight_decay))
+optimizer = train_lib.warmup_cosine_adamw
