@@ -219,6 +219,16 @@ _BOOL_KEYS = ("progress_bar", "distributed", "nan_guard")
 _ALL_KEYS = (*(key for key, _ in _INT_KEYS), *_BOOL_KEYS, "mesh_shape")
 
 
+def stage_train_config(num_steps: int, batch_size: int, log_every: int = 500
+                       ) -> ml_collections.ConfigDict:
+  """The loop's config for a model an experiment trains as one stage of its pipeline
+  (Q-Tab, TapSampling, token fusion): one checkpoint at the end (a rerun resumes from
+  it), metrics every ``log_every`` steps, no progress bar, no per-step NaN guard."""
+  return default_train_config(num_steps=num_steps, batch_size=batch_size,
+                              checkpoint_every=num_steps, log_every=log_every,
+                              progress_bar=False, nan_guard=False)
+
+
 def warmup_cosine_adamw(learning_rate: float, num_steps: int, weight_decay: float = 1e-4,
                         warmup: int = 100) -> optax.GradientTransformation:
   """clip_by_global_norm(1) -> AdamW with a linear warm-up over min(warmup, steps / 2)

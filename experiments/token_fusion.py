@@ -43,8 +43,8 @@ from methods.token_fusion import tokenizer as tok
 from methods.token_fusion import training
 
 _NOT_RESULTS = ("preset", "num_seeds", "tasks", "baselines")
-TOKEN_METHODS = ("ste", "random", "all", "tokens_none")
-_SELECTION = {"ste": "probe", "random": "random", "all": "all", "tokens_none": "none"}
+TOKEN_METHODS = ("ste", "random", "all")
+_SELECTION = {"ste": "probe", "random": "random", "all": "all"}
 
 
 def train_photos(config) -> dict:
@@ -62,9 +62,10 @@ def test_crops(config) -> np.ndarray:
 
 
 def task_data(config, task: str):
-  """(training source, held-out pair) of a task: prepared training photos and simulated
-  held-out pairs; with data_dir, the folder's infrared/visible pairs split into the
-  last ``num_eval`` (held out) and the rest."""
+  """(training pairs, held-out pairs) of a task: ``data.num_train`` pairs simulated from
+  crops of the training photos and ``data.num_eval`` from the test photos; with
+  data_dir, the folder's infrared/visible pairs split into the last ``num_eval`` (held
+  out) and the rest."""
   if config.data_dir and task == "infrared_visible":
     size = (config.image_size, config.image_size)
     pairs = fi.load_fusion_folder(config.data_dir, size=size)
@@ -77,7 +78,9 @@ def task_data(config, task: str):
     held = fi.FusionPair(cut(pairs.a, slice(n, None)), cut(pairs.b, slice(n, None)), None,
                          task)
     return train, held
-  return train_photos(config), fi.make_pairs(task, test_crops(config), config.seed + 104729)
+  train = training.simulated_pool(train_photos(config), task, config.data.num_train,
+                                  config.image_size, config.seed + 31337)
+  return train, fi.make_pairs(task, test_crops(config), config.seed + 104729)
 
 
 def specs(config) -> model_lib.FusionSpec:
@@ -105,6 +108,13 @@ def _fit(workdir: str, name: str, init_fn, loss_fn, batch_fn, loop, learning_rat
                          ).state.params
 
 
+def _inputs_fingerprint(config, *more_excluded: str) -> str:
+  """The fingerprint of everything a stage's inputs depend on (not the seeds, the
+  task list or the evaluation)."""
+  return trials.config_fingerprint(config, exclude=_NOT_RESULTS + ("evaluation",)
+                                   + more_excluded)
+
+
 def fit_tokenizer(config, workdir: str, spec: model_lib.FusionSpec, photos):
   t = config.tokenizer
   return _fit(workdir, "tokenizer", lambda k: tok.init(k, spec.tokenizer),
@@ -118,43 +128,45 @@ def fit_backbone(config, workdir: str, spec, batch_fn, task: str, seed: int):
   return _fit(workdir, f"{task}-s{seed}-backbone",
               lambda k: fusion.init(k, spec.backbone, config.image_size),
               fusion.make_loss_fn(spec.backbone, spec.weights), batch_fn, b.train,
-              b.learning_rate, f"{task}-{spec.backbone}-{spec.weights}-{config.data}", seed)
+              b.learning_rate, f"{task}-{_inputs_fingerprint(config, 'tokenizer')}", seed)
 
 
-def fit_ste(config, workdir: str, spec, frozen, batch_fn, task: str, seed: int,
-            method: str, positions=()):
-  """STE parameters of one selection (probing when ``method == "probe"``)."""
+def fit_ste(config, workdir: str, loss_fn, pool: dict, task: str, seed: int, method: str,
+            positions=()):
+  """STE parameters of one selection (probing when ``method == "probe"``), trained on
+  the pool of precomputed ``TokenInputs`` (with the selection's mask as a batch field,
+  so every selection runs the same ``loss_fn``)."""
+  spec = specs(config)
   s, k, bits = config.ste, spec.tokenizer.num_tokens, spec.tokenizer.bits
-  loop, mask = s.train, None
-  if method == "probe":
-    loop = s.probe_train
-  else:
-    mask = ste.fixed_mask(_SELECTION[method], k, s.budget, positions)
+  loop = s.probe_train if method == "probe" else s.train
+  if method != "probe":
+    mask = np.asarray(ste.fixed_mask(_SELECTION[method], k, s.budget, positions), np.float32)
+    pool = {**pool, "mask": np.broadcast_to(mask, (len(pool["a"]), k))}
   init_fn = lambda key: ste.init(key, spec.editor, k, bits, spec.delta)
-  salt = f"{task}-{method}-{positions}-{spec}-{s.budget}-{config.data}"
-  return _fit(workdir, f"{task}-s{seed}-{method}", init_fn,
-              model_lib.make_loss_fn(frozen, spec, mask, s.budget), batch_fn, loop,
-              s.learning_rate, salt, seed)
+  salt = f"{task}-{method}-{positions}-{_inputs_fingerprint(config)}"
+  return _fit(workdir, f"{task}-s{seed}-{method}", init_fn, loss_fn,
+              training.pool_batch_fn(pool, loop.batch_size), loop, s.learning_rate, salt, seed)
 
 
-def fused_outputs(config, workdir, spec, frozen, pair, task: str, seed: int, batch_fn):
+def fused_outputs(config, workdir, spec, frozen, pair, task: str, seed: int, train_pairs):
   """{method: fused held-out images (n, S, S)} plus the probed positions."""
   a, b = jnp.asarray(pair.a), jnp.asarray(pair.b)
-  out = {"2d": fusion.apply(frozen.backbone, a, b, spec.backbone)}
-  probe = fit_ste(config, workdir, spec, frozen, batch_fn, task, seed, "probe")
+  held = model_lib.precompute(frozen, pair.a, pair.b, spec)
+  out = {"2d": held.f2d}
+  pool = model_lib.precompute(frozen, train_pairs.a, train_pairs.b, spec)._asdict()
+  loss_fn = model_lib.make_loss_fn(frozen.tokenizer, spec, config.ste.budget)
+  probe = fit_ste(config, workdir, loss_fn, pool, task, seed, "probe")
   k, budget = spec.tokenizer.num_tokens, config.ste.budget
   positions = {"ste": model_lib.probed_positions(probe, budget),
                "random": ste.random_positions(seed + 1000, k, budget)}
+  fuse_held = jax.jit(lambda p, m: model_lib.fuse_inputs(frozen.tokenizer, p, held, m, spec))
   for method in TOKEN_METHODS:
     if _SELECTION[method] not in config.ste.selections:
       continue
-    params = ste.init(jax.random.key(0), spec.editor, k, spec.tokenizer.bits, spec.delta)
-    if method != "tokens_none":
-      params = fit_ste(config, workdir, spec, frozen, batch_fn, task, seed, method,
-                       positions.get(method, ()))
+    params = fit_ste(config, workdir, loss_fn, pool, task, seed, method,
+                     positions.get(method, ()))
     mask = ste.fixed_mask(_SELECTION[method], k, budget, positions.get(method, ()))
-    out[method] = jax.jit(lambda p, x, y, m=mask: model_lib.fuse(frozen, p, x, y, m, spec)
-                          )(params, a, b)
+    out[method] = fuse_held(params, mask)
   if "laplacian" in config.baselines:
     out["laplacian"] = baselines.laplacian_pyramid_fusion(a, b)
   if "wavelet" in config.baselines:
@@ -182,13 +194,13 @@ def _task_rows(config, workdir, spec, tok_params, task: str, seed: int, log, don
   if all((task, seed, m) in done for m in methods):
     return [r for r in log.rows if r["task"] == task and r["seed"] == seed]
   train_pairs, pair = task_data(config, task)
-  batch_fn = training.pairs_batch_fn(train_pairs, task, config.backbone.train.batch_size,
-                                     config.image_size)
+  batch_fn = training.pool_batch_fn({"a": train_pairs.a, "b": train_pairs.b},
+                                    config.backbone.train.batch_size)
   frozen = model_lib.Frozen(tok_params, fit_backbone(config, workdir, spec, batch_fn, task,
                                                      seed))
   fp = trials.config_fingerprint(config, exclude=_NOT_RESULTS, salt=f"{task}-{seed}")
   fused = trials.cached_stage(workdir, f"fused-{task}-s{seed}", fp, lambda: fused_outputs(
-      config, workdir, spec, frozen, pair, task, seed, batch_fn), kind="npz")
+      config, workdir, spec, frozen, pair, task, seed, train_pairs), kind="npz")
   rows = []
   for method in methods:
     row = {"task": task, "seed": seed, "method": method, **score(pair, fused[method], spec)}
@@ -288,12 +300,12 @@ def claims(rows, config, quality) -> list[report.Claim]:
 
 def _sparse_claim(rows, config):
   objective = lambda m: float(np.mean([_mean(rows, t, m, "objective") for t in config.tasks]))
-  if not {"probe", "all", "none"} <= set(config.ste.selections):
+  if not {"probe", "all"} <= set(config.ste.selections):
     return None
-  none, all_, ste_ = objective("tokens_none"), objective("all"), objective("ste")
+  none, all_, ste_ = objective("2d"), objective("all"), objective("ste")
   share = (none - ste_) / (none - all_) if none != all_ else float("nan")
   also = []
-  text = (f"objective: no edit {none:.4f}, {config.ste.budget} of "
+  text = (f"objective: no edit (the 2D pathway) {none:.4f}, {config.ste.budget} of "
           f"{config.tokenizer.num_tokens} tokens {ste_:.4f}, all {all_:.4f}")
   if "random" in config.ste.selections:
     rand = objective("random")

@@ -1025,11 +1025,45 @@ ROWS_QTAB = [
 ]
 
 
+def _token_fusion():
+  from methods import token_fusion  # pylint: disable=import-outside-toplevel
+  return token_fusion
+
+
+def _fusion_folder_with_notes() -> str:
+  from common.data import fusion_images  # pylint: disable=import-outside-toplevel
+  root = tempfile.mkdtemp()
+  image = np.zeros((1, 8, 8), np.float32)
+  fusion_images.write_fusion_folder(root, image, image, ["00001"])
+  with open(os.path.join(root, "vi", "notes.txt"), "w") as f:
+    f.write("not an image")
+  return fusion_images.load_fusion_folder(root)
+
+
+def _sources_of_different_sizes():
+  tf = _token_fusion()
+  params = tf.fusion.init(jax.random.key(0), tf.BackboneConfig(4, 1), 16)
+  tf.fusion.apply(params, jnp.zeros((1, 16, 16)), jnp.zeros((1, 16, 20)), tf.BackboneConfig(4, 1))
+
+
+ROWS_TOKEN_FUSION = [
+    Case("token_fusion/sources_of_different_sizes", _sources_of_different_sizes, ValueError,
+         r"source images a and b must have the same shape, got \(1, 16, 16\) and \(1, 16, 20\)"),
+    Case("token_fusion/non_image_file_in_dataset", _fusion_folder_with_notes, ValueError,
+         r"vi/notes.txt: not an image file"),
+    Case("token_fusion/patch_size_does_not_divide", lambda: _token_fusion().tokenizer.encode(
+        None, jnp.zeros((1, 18, 18)), _token_fusion().TokenizerConfig(18, patch_size=4)),
+         ValueError, r"image size 18x18 is not divisible by the patch size 4"),
+    Case("token_fusion/budget_above_tokens", lambda: _token_fusion().ste.fixed_mask(
+        "probe", 32, 40, range(40)), ValueError, r"token budget 40 must be in \[0, K = 32\]"),
+]
+
+
 CASES: list[Case] = [*ROWS_RUNS, *ROWS_LOADERS, *ROWS_LM, *ROWS_REGRESSION_FLOWS,
                       *ROWS_SAMPLERS_GRAPHS, *ROWS_RL, *ROWS_LLM, *ROWS_LLM_METHODS,
                       *ROWS_FUSION_ROUTE, *ROWS_GLANCE, *ROWS_FGR,
                       *ROWS_INTERACTIVE_PROOFS, *ROWS_PHYSICS, *ROWS_AUTOMS,
-                      *ROWS_TAP_SAMPLING, *ROWS_QTAB]
+                      *ROWS_TAP_SAMPLING, *ROWS_QTAB, *ROWS_TOKEN_FUSION]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

@@ -26,9 +26,7 @@ ORDERS = ("confidence", "random")
 
 
 def _train(num_steps: int, batch_size: int = 256):
-  return train_lib.default_train_config(num_steps=num_steps, batch_size=batch_size,
-                                        checkpoint_every=num_steps, log_every=500,
-                                        progress_bar=False, nan_guard=False)
+  return train_lib.stage_train_config(num_steps, batch_size)
 
 
 BASE = dict(

@@ -20,14 +20,12 @@ from common import config as config_lib
 from common import train as train_lib
 
 TASKS = ("multi_exposure", "multi_focus", "infrared_visible")
-SELECTIONS = ("probe", "random", "all", "none")
+SELECTIONS = ("probe", "random", "all")
 BASELINES = ("laplacian", "wavelet")
 
 
 def _train(num_steps: int, batch_size: int = 16):
-  return train_lib.default_train_config(num_steps=num_steps, batch_size=batch_size,
-                                        checkpoint_every=num_steps, log_every=200,
-                                        progress_bar=False, nan_guard=False)
+  return train_lib.stage_train_config(num_steps, batch_size, log_every=200)
 
 
 BASE = dict(
@@ -39,14 +37,15 @@ BASE = dict(
     data_dir="",
     image_size=64,
     # crop_scale: photos are resized so their short side is crop_scale * image_size
-    # before cropping; num_eval: held-out pairs per task (crops of TEST_PHOTOS, or the
-    # last pairs of data_dir's folder).
-    data=dict(crop_scale=3.0, num_eval=32),
+    # before cropping; num_train: training pairs per task (crops of TRAIN_PHOTOS);
+    # num_eval: held-out pairs per task (crops of TEST_PHOTOS, or the last pairs of
+    # data_dir's folder).
+    data=dict(crop_scale=3.0, num_train=512, num_eval=32),
     # TiTok: K latent tokens of b bits (LFQ, unit-norm codes), p x p patches; trained
     # once on photo crops, then frozen.
-    tokenizer=dict(patch_size=8, num_tokens=32, bits=10, width=128, depth=2, heads=4,
-                   learning_rate=1e-3, train=_train(3000, 32)),
-    backbone=dict(features=32, blocks=3, learning_rate=1e-3, train=_train(1500)),
+    tokenizer=dict(patch_size=8, num_tokens=32, bits=10, width=64, depth=2, heads=4,
+                   learning_rate=1e-3, train=_train(2000, 32)),
+    backbone=dict(features=16, blocks=2, learning_rate=1e-3, train=_train(1000)),
     # sigma: the base/detail split's Gaussian (pixels); loss: the fusion objective.
     sigma=4.0,
     loss=dict(intensity=1.0, gradient=1.0, ssim=1.0),
@@ -55,7 +54,7 @@ BASE = dict(
     # probing run that picks the positions, then the edit run with them fixed.
     ste=dict(budget=2, delta="bias", selections=SELECTIONS, temperature=0.5,
              editor=dict(width=64, depth=1, heads=4), learning_rate=3e-3,
-             probe_train=_train(400), train=_train(600)),
+             probe_train=_train(300), train=_train(500)),
     baselines=BASELINES,
     # The claims: claim 3's "most of the gain" share.
     evaluation=dict(gain_share=0.8),
@@ -70,9 +69,9 @@ PRESETS = {
               "backbone": dict(features=64, blocks=6), "backbone.train": _train(20000),
               "sigma": 8.0, "ste.probe_train": _train(2000), "ste.train": _train(10000)},
     "tiny": {"num_seeds": 1, "tasks": ("multi_exposure", "infrared_visible"),
-             "image_size": 48, "data.num_eval": 8,
+             "image_size": 48, "data.num_eval": 8, "data.num_train": 64,
              "tokenizer": dict(patch_size=8, num_tokens=8, bits=6, width=32, depth=1, heads=2),
-             "tokenizer.train": _train(150, 16), "backbone": dict(features=8, blocks=1),
+             "tokenizer.train": _train(300, 16), "backbone": dict(features=8, blocks=1),
              "backbone.train": _train(150, 8), "sigma": 2.0, "ste.budget": 2,
              "ste.editor": dict(width=16, depth=1, heads=2),
              "ste.probe_train": _train(60, 8), "ste.train": _train(100, 8)},
@@ -91,7 +90,7 @@ def validate(config) -> None:
   c.subset_of(config, "ste.selections", SELECTIONS)
   c.subset_of(config, "baselines", BASELINES)
   c.one_of(config, "ste.delta", ("bias", "editor"))
-  for key in ("num_seeds", "image_size", "data.num_eval", "tokenizer.patch_size",
+  for key in ("num_seeds", "image_size", "data.num_eval", "data.num_train", "tokenizer.patch_size",
               "tokenizer.num_tokens", "tokenizer.bits", "tokenizer.width", "tokenizer.depth",
               "tokenizer.heads", "backbone.features", "backbone.blocks", "ste.editor.width",
               "ste.editor.depth", "ste.editor.heads"):

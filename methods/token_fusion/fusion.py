@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from common.data import fusion_images
 from methods.token_fusion import metrics
 
 
@@ -59,7 +60,8 @@ def init(key, config: BackboneConfig, image_size: int):
 
 
 def apply(params, a, b, config: BackboneConfig):
-  """The 2D pathway's fused image."""
+  """The 2D pathway's fused image; the sources must have the same shape."""
+  fusion_images.check_pair(a, b)
   return FusionCNN(config).apply(params, a, b)
 
 

@@ -16,8 +16,9 @@ Training (once, on crops of real photos; the tokenizer is then frozen) minimises
 
   L = ||D(q(z)) - x||^2 + 0.1 L_entropy + 0.25 ||z - sg(q(z))||^2,
 
-the reconstruction, MAGVIT-v2's entropy term and TiTok's commitment weight 0.25 on the
-unit-norm codes, with straight-through gradients through q.
+the reconstruction (on the [-1, 1] pixel scale the networks see; images are in [0, 1]
+outside), MAGVIT-v2's entropy term and TiTok's commitment weight 0.25 on the unit-norm
+codes, with straight-through gradients through q.
 """
 
 from __future__ import annotations
@@ -81,7 +82,9 @@ def check_images(images, config: TokenizerConfig) -> None:
 
 
 def _positions(module: nn.Module, name: str, n: int, width: int):
-  return module.param(name, nn.initializers.normal(0.02), (n, width))
+  # Unit-scale embeddings: at ViT's usual 0.02 the mask tokens of the decoder are
+  # nearly identical and a small model learns little beyond each image's mean.
+  return module.param(name, nn.initializers.normal(1.0), (n, width))
 
 
 class TiTok(nn.Module):
@@ -106,7 +109,7 @@ class TiTok(nn.Module):
 
   def encode(self, images):
     c = self.config
-    patches = vit.patchify(images, c.patch_size)
+    patches = vit.patchify(2.0 * images - 1.0, c.patch_size)
     h = self.patch_embed(patches) + self.enc_patch_pos
     latents = jnp.broadcast_to(self.latents, (*h.shape[:-2], *self.latents.shape))
     h = jnp.concatenate([h, latents], axis=-2)
@@ -124,7 +127,7 @@ class TiTok(nn.Module):
     for block in self.dec_blocks:
       h = block(h)
     patches = self.to_patch(self.dec_norm(h[..., :c.num_patches, :]))
-    return vit.unpatchify(patches, c.patch_size, c.image_size, c.image_size)
+    return 0.5 + 0.5 * vit.unpatchify(patches, c.patch_size, c.image_size, c.image_size)
 
   def __call__(self, images):
     return self.decode(self.encode(images))
@@ -180,7 +183,7 @@ def loss(params, images, config: TokenizerConfig):
   model = TiTok(config)
   z = model.apply(params, images, method=TiTok.encode)
   q = lfq.quantize(z, 1, config.scale)
-  recon = jnp.mean((model.apply(params, q.z_hat, method=TiTok.decode) - images) ** 2)
+  recon = 4.0 * jnp.mean((model.apply(params, q.z_hat, method=TiTok.decode) - images) ** 2)
   reg = lfq.lfq_losses(z, q, config.scale, entropy_weight=config.entropy_weight,
                        commit_weight=config.commit_weight)
   return recon + reg["total"], {"recon": recon, "entropy": reg["entropy"],

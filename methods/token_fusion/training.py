@@ -1,14 +1,15 @@
 """Batches and batched evaluation for token fusion's training stages.
 
-The tokenizer trains on random crops of photos; the 2D backbone and STE train on source
-pairs simulated from fresh crops every step (``common.data.fusion_images.make_pairs``)
-or drawn from a fixed set of real pairs (a paper dataset's folder). Both batch
-functions are pure functions of (seed, step), as ``common.train`` requires.
+The tokenizer trains on fresh random crops of photos every step; the 2D backbone and
+STE train on a fixed pool of source pairs, simulated once from crops of the training
+photos (``common.data.fusion_images.make_pairs``) or read from a paper dataset's
+folder, so that STE's inputs from the frozen parts are computed once per pool. Both
+batch functions are pure functions of (seed, step), as ``common.train`` requires.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping
 
 import jax
 import numpy as np
@@ -30,33 +31,26 @@ def crops_batch_fn(photos, batch_size: int, size: int) -> Callable[[int, int], d
   return batch_fn
 
 
-def pairs_batch_fn(source, task: str, batch_size: int, size: int) -> Callable[[int, int], dict]:
-  """batch_fn(seed, step) -> {"a", "b"} (B, size, size).
+def simulated_pool(photos, task: str, num: int, size: int, seed: int) -> fi.FusionPair:
+  """``num`` training pairs of ``task`` simulated from random crops of ``photos``."""
+  return fi.make_pairs(task, fi.random_crops(photos, seed, num, size, scale=None), seed + 1)
 
-  Args:
-    source: prepared photos (a dict; pairs are simulated with ``task`` from fresh
-      crops) or a ``FusionPair`` of real (N, size, size) sources (pairs drawn
-      uniformly with replacement).
-    task: a key of ``fusion_images.TASKS`` (used with photos).
-    batch_size: B.
-    size: the crop side.
-  """
-  if isinstance(source, fi.FusionPair):
-    a, b = np.asarray(source.a), np.asarray(source.b)
-    if len(a) < 1:
-      raise ValueError("source holds no pairs")
 
-    def real_batch(seed: int, step: int) -> dict:
-      idx = np.random.default_rng([seed, step]).integers(0, len(a), batch_size)
-      return {"a": a[idx], "b": b[idx]}
-    return real_batch
+def pool_batch_fn(pool: Mapping[str, np.ndarray], batch_size: int
+                  ) -> Callable[[int, int], dict]:
+  """batch_fn(seed, step) -> {name: (B, ...)}: the same B rows of every array of the
+  pool, drawn uniformly with replacement."""
+  pool = {k: np.asarray(v) for k, v in pool.items()}
+  sizes = {len(v) for v in pool.values()}
+  if len(sizes) != 1 or 0 in sizes:
+    raise ValueError(f"pool arrays must share one non-zero length, got "
+                     f"{ {k: len(v) for k, v in pool.items()} }")
+  n = sizes.pop()
 
-  def simulated_batch(seed: int, step: int) -> dict:
-    s = _step_seed(seed, step)
-    pair = fi.make_pairs(task, fi.random_crops(photos, s, batch_size, size, scale=None), s + 1)
-    return {"a": pair.a, "b": pair.b}
-  photos = source
-  return simulated_batch
+  def batch_fn(seed: int, step: int) -> dict:
+    idx = np.random.default_rng([seed, step]).integers(0, n, batch_size)
+    return {k: v[idx] for k, v in pool.items()}
+  return batch_fn
 
 
 @jax.jit
