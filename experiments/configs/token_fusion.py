@@ -62,19 +62,19 @@ BASE = dict(
 
 PRESETS = {
     "quick": {},
-    "paper": {"num_seeds": 3, "data_dir": "data/MSRS", "image_size": 256,
+    "paper": {"num_seeds": 3, "data_dir": "data/MSRS/train", "image_size": 256,
               "data.num_eval": 100,
               "tokenizer": dict(patch_size=16, bits=12, width=512, depth=8, heads=8),
               "tokenizer.train": _train(100000, 64),
               "backbone": dict(features=64, blocks=6), "backbone.train": _train(20000),
               "sigma": 8.0, "ste.probe_train": _train(2000), "ste.train": _train(10000)},
-    "tiny": {"num_seeds": 1, "tasks": ("multi_exposure", "infrared_visible"),
+    "tiny": {"num_seeds": 1, "tasks": ("multi_exposure",),
              "image_size": 48, "data.num_eval": 8, "data.num_train": 64,
              "tokenizer": dict(patch_size=8, num_tokens=8, bits=6, width=32, depth=1, heads=2),
-             "tokenizer.train": _train(300, 16), "backbone": dict(features=8, blocks=1),
-             "backbone.train": _train(150, 8), "sigma": 2.0, "ste.budget": 2,
+             "tokenizer.train": _train(200, 16), "backbone": dict(features=8, blocks=1),
+             "backbone.train": _train(100, 8), "sigma": 2.0, "ste.budget": 2,
              "ste.editor": dict(width=16, depth=1, heads=2),
-             "ste.probe_train": _train(60, 8), "ste.train": _train(100, 8)},
+             "ste.probe_train": _train(50, 8), "ste.train": _train(60, 8)},
 }
 
 

@@ -67,11 +67,15 @@ class TokenInputs(NamedTuple):
 
 
 def token_inputs(frozen: Frozen, a, b, spec: FusionSpec) -> TokenInputs:
-  """The frozen parts' outputs for sources (n, S, S) (no gradients flow into them)."""
+  """The frozen parts' outputs for sources (n, S, S) (no gradients flow into them).
+  The sources are tokenised only for the editor, which reads them; with the learned
+  offset z_a and z_b repeat z_f."""
   frozen = jax.lax.stop_gradient(frozen)
   f2d = fusion.apply(frozen.backbone, a, b, spec.backbone)
-  codes = tok.encode(frozen.tokenizer, jnp.stack([f2d, a, b]), spec.tokenizer).z_hat
-  return TokenInputs(a, b, f2d, codes[0], codes[1], codes[2],
+  images = jnp.stack([f2d, a, b]) if spec.delta == "editor" else f2d[None]
+  codes = tok.encode(frozen.tokenizer, images, spec.tokenizer).z_hat
+  z_a, z_b = (codes[1], codes[2]) if spec.delta == "editor" else (codes[0], codes[0])
+  return TokenInputs(a, b, f2d, codes[0], z_a, z_b,
                      tok.decode(frozen.tokenizer, codes[0], spec.tokenizer))
 
 

@@ -141,6 +141,18 @@ def test_fusion_loss_closed_forms():
   np.testing.assert_allclose(fusion.gradient_magnitude(const), 0.0, atol=1e-6)
 
 
+def test_base_layer_is_scipys_mirrored_gaussian():
+  from scipy import ndimage  # pylint: disable=import-outside-toplevel
+  x = np.asarray(jax.random.uniform(jax.random.key(0), (2, 40, 28)), np.float64)
+  ref = x
+  for axis in (1, 2):
+    ref = ndimage.gaussian_filter1d(ref, 3.0, axis=axis, mode="mirror", truncate=3.0)
+  np.testing.assert_allclose(fusion.base_layer(jnp.asarray(x, jnp.float32), 3.0), ref,
+                             atol=1e-6)
+  with pytest.raises(ValueError, match="sigma 20.0 is too wide for an image side of 28"):
+    fusion.base_layer(jnp.zeros((28, 28)), 20.0)
+
+
 def test_fuse_without_edit_and_with(tok_params):
   spec = model_lib.FusionSpec(CONFIG, fusion.BackboneConfig(4, 1), sigma=2.0)
   frozen = model_lib.Frozen(tok_params, fusion.init(jax.random.key(1), spec.backbone, 16))
