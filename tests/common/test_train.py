@@ -767,6 +767,14 @@ def test_k_step_nan_guard_names_the_first_bad_step_and_rolls_back(one_step, tmp_
   resumed = run_k(tmp_path, 4)  # Fixed data: the rerun resumes from the last good state.
   assert resumed.history[0]["step"] == 10
   assert_same_state(resumed.state, one_step.state)
+  def nan_then_interrupt(seed, step):
+    if step == 15:
+      raise KeyboardInterrupt  # After the call [11, 15), before the guard is read at 16.
+    return _nan_at(13)(seed, step)
+
+  with pytest.raises(KeyboardInterrupt):
+    run_k(tmp_path / "interrupted", 4, batches=nan_then_interrupt)
+  assert steps_on_disk(tmp_path / "interrupted") == ["8"]  # 15 is not saved on exit.
   # Without the guard the run goes on and never saves a non-finite state.
   result = run_k(tmp_path / "off", 4, batches=_nan_at(13), nan_guard=False)
   assert np.isnan(result.history[-1]["loss"]) and steps_on_disk(tmp_path / "off") == ["8"]
@@ -783,6 +791,15 @@ def test_k_step_nan_guard_catches_a_metric_inside_a_call(tmp_path):
   with pytest.raises(NonFiniteError, match="non-finite ratio=inf at step 13"):
     run_k(tmp_path / "guard", 4, loss=loss_with_ratio, batches=batches)
   assert steps_on_disk(tmp_path / "guard") == ["8"]
+
+  def interrupted(seed, step):
+    if step == 15:
+      raise KeyboardInterrupt  # The state after [11, 15) is finite, but the guard tripped.
+    return batches(seed, step)
+
+  with pytest.raises(KeyboardInterrupt):
+    run_k(tmp_path / "interrupted", 4, loss=loss_with_ratio, batches=interrupted)
+  assert steps_on_disk(tmp_path / "interrupted") == ["8"]
   # Off: only the metric was infinite, so every checkpoint is saved.
   run_k(tmp_path / "off", 4, loss=loss_with_ratio, batches=batches, nan_guard=False)
   assert steps_on_disk(tmp_path / "off") == ["16", "23", "8"]
