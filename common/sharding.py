@@ -81,31 +81,36 @@ def replicated_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 
 
-def batch_sharding(mesh: Mesh) -> NamedSharding:
-  """Returns the sharding that splits an array's leading axis over the mesh `data` axis."""
-  return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
+def batch_sharding(mesh: Mesh, batch_axis: int = 0) -> NamedSharding:
+  """Returns the sharding that splits an array's axis `batch_axis` (default: the leading
+  one) over the mesh `data` axis and keeps the axes before it whole."""
+  return NamedSharding(mesh, PartitionSpec(*(None,) * batch_axis, DATA_AXIS))
 
 
-def shard_batch(batch: Any, mesh: Mesh) -> Any:
-  """Places a host batch on the mesh as global arrays split along their leading axis.
+def shard_batch(batch: Any, mesh: Mesh, batch_axis: int = 0) -> Any:
+  """Places a host batch on the mesh as global arrays split along their batch axis.
 
   Every process passes the same global batch (e.g. from a pure function of
   (seed, step)); each device receives its slice, so this also works for
-  multi-host runs.
+  multi-host runs. A stack of K batches (leaves `[K, batch, ...]`, what
+  `common.train` scans over with `steps_per_call=K`) is placed with
+  `batch_axis=1`: every device holds its slice of each of the K batches.
 
   Args:
-    batch: a pytree of arrays (NumPy or JAX) that share a leading batch axis.
-    mesh: the mesh; the leading axis is split over its `data` axis.
+    batch: a pytree of arrays (NumPy or JAX) that share a batch axis.
+    mesh: the mesh; the batch axis is split over its `data` axis.
+    batch_axis: which axis of every leaf is the batch axis (0: the leading one).
 
   Returns:
-    The same pytree of `jax.Array`s with sharding `batch_sharding(mesh)`.
+    The same pytree of `jax.Array`s with sharding `batch_sharding(mesh, batch_axis)`.
 
   Raises:
-    ValueError: if a leaf is a scalar, leaves disagree on the batch size, or
-      the batch size is not divisible by the size of the `data` axis.
+    ValueError: if a leaf has no axis `batch_axis` (a scalar), leaves disagree on
+      the batch size, or the batch size is not divisible by the size of the
+      `data` axis.
   """
   num_shards = mesh.shape[DATA_AXIS]
-  sharding = batch_sharding(mesh)
+  sharding = batch_sharding(mesh, batch_axis)
   leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(batch)
   if not leaves_with_paths:
     raise ValueError("batch has no array leaves")
@@ -117,16 +122,19 @@ def shard_batch(batch: Any, mesh: Mesh) -> Any:
     if host.dtype.kind in "OUSmM":  # Objects, strings, dates: not device arrays.
       raise TypeError(f"batch leaf {name} has dtype {host.dtype}; expected numeric or "
                       "bool arrays")
-    if host.ndim == 0:
+    if host.ndim <= batch_axis:
       raise ValueError(f"batch leaf {name} is a scalar; every leaf needs a leading "
-                       "batch axis")
+                       "batch axis" if host.ndim == 0 else
+                       f"batch leaf {name} has shape {host.shape}, no batch axis {batch_axis}")
+    size = host.shape[batch_axis]
     if batch_size is None:
-      batch_size = host.shape[0]
-    elif host.shape[0] != batch_size:
-      raise ValueError(f"batch leaf {name} has leading size {host.shape[0]}, but other "
-                       f"leaves have {batch_size}")
-    if host.shape[0] % num_shards:
-      raise ValueError(f"batch size {host.shape[0]} (leaf {name}) is not divisible by "
+      batch_size = size
+    elif size != batch_size:
+      where = "leading size" if batch_axis == 0 else f"size on axis {batch_axis}:"
+      raise ValueError(f"batch leaf {name} has {where} {size}, but other leaves have "
+                       f"{batch_size}")
+    if size % num_shards:
+      raise ValueError(f"batch size {size} (leaf {name}) is not divisible by "
                        f"the {num_shards} devices on mesh axis {DATA_AXIS!r}")
     placed.append(jax.make_array_from_callback(
         host.shape, sharding, lambda index, host=host: host[index]))

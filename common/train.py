@@ -49,13 +49,28 @@ Steps are numbered from 0: update `s` consumes `batch_fn(config.seed, s)` and
 `s` into `s + 1`. A checkpoint filed under step `k` holds the state with
 `state.step == k`, i.e. ready to run update `k`.
 
+Small models spend more time dispatching steps than computing them: with
+`config.steps_per_call=K` the loop makes the batches of K consecutive updates
+(`batch_fn(seed, s)` for each, stacked on a new leading axis, the batch axis
+still split over `data`) and runs them in ONE jitted, donating call that
+`lax.scan`s the same update with the same per-step keys, so the result equals
+K single steps (bitwise on CPU). A call never crosses a log step (it ends with
+it), a checkpoint step or `num_steps`, so metrics, checkpoints and resume are
+those of the 1-step loop; the shorter calls there compile once per length. The
+carry threads through the K batch calls on the host; on-policy batches need the
+parameters of the previous update, so `on_policy=True` requires K = 1.
+
 Rerunning with the same workdir resumes from the newest checkpoint in
 `workdir/checkpoints`; because batches and per-step keys are pure functions of
 (seed, step), a killed-and-resumed run ends with exactly the parameters of an
-uninterrupted one. A non-finite loss, metric or state stops the run with
-`NonFiniteError` before it can be checkpointed. A newest checkpoint that no longer
-restores (a damaged file) is skipped with one logged line, and the run resumes
-from the newest one that does.
+uninterrupted one. The NaN guard is part of the compiled call: it records the
+first update whose loss, metrics or new state is non-finite (the step, which
+value, the value) in a few device scalars, which the host reads only at log and
+checkpoint steps, with the metrics it fetches there anyway. The run then stops
+with `NonFiniteError` naming that update, before anything after it is
+checkpointed: the newest checkpoint is the last good state, and a rerun resumes
+from it. A newest checkpoint that no longer restores (a damaged file) is skipped
+with one logged line, and the run resumes from the newest one that does.
 
 The checkpoints are of one run: `workdir/checkpoints.json` records what
 determines their values (`seed`, `batch_size`, `gradient_free`, the optimizer's
@@ -64,9 +79,9 @@ A rerun that differs in any of them, or asks for fewer `num_steps` than the
 newest checkpoint holds, raises one `ValueError` naming the differences instead of
 returning the old parameters: use a new workdir, or `overwrite=True` to discard
 the old checkpoints. Raising `num_steps` continues the run (how a run is
-extended); the logging, checkpointing and device keys may change freely. The
-optimizer counts by the numbers, strings and small arrays its functions close
-over (`optax.adam(1e-3)` vs `optax.adam(2e-3)`; a schedule whose length is
+extended); the logging, checkpointing, device and `steps_per_call` keys may change
+freely. The optimizer counts by the numbers, strings and small arrays its
+functions close over (`optax.adam(1e-3)` vs `optax.adam(2e-3)`; a schedule whose length is
 `num_steps` makes a longer run a different optimizer); mutable containers and
 other objects in those closures count by type only.
 
@@ -157,15 +172,21 @@ class NonFiniteError(FloatingPointError):
   """A loss, metric or parameter became NaN or infinite; the run stopped unsaved.
 
   Attributes:
-    step: the update (0-based) that produced the value.
+    step: the first update (0-based) that produced a non-finite value.
     name: the metric name, or "state" for the parameters / optimizer state.
     value: the offending value.
+    last_good_step: the step of the newest checkpoint, the last good state a
+      rerun resumes from (None: no checkpoint yet, a rerun starts afresh).
   """
 
-  def __init__(self, step: int, name: str, value: float):
+  def __init__(self, step: int, name: str, value: float,
+               last_good_step: int | None = None):
     self.step, self.name, self.value = step, name, value
+    self.last_good_step = last_good_step
+    where = ("" if last_good_step is None else
+             f"; the last good state is checkpoint {last_good_step}, where a rerun resumes")
     super().__init__(f"non-finite {name}={value} at step {step}; stopped before "
-                     "checkpointing it (earlier checkpoints are intact)")
+                     f"checkpointing it (earlier checkpoints are intact){where}")
 
 
 def default_train_config(**overrides: Any) -> ml_collections.ConfigDict:
@@ -184,12 +205,18 @@ def default_train_config(**overrides: Any) -> ml_collections.ConfigDict:
     log_every: log metrics at steps s with s % log_every == 0, and the last (>= 1).
     progress_bar: show a tqdm bar with the live loss.
     distributed: call `jax.distributed.initialize()` first (multi-host runs).
-    nan_guard: check loss, metrics and state after every update (one small
-      device-to-host transfer per step) and raise `NonFiniteError` at the first
-      non-finite one. Off, they are checked only at log and checkpoint steps and
-      a non-finite state is never saved.
+    nan_guard: raise `NonFiniteError` naming the first update whose loss,
+      metrics or state is non-finite. The check runs inside the compiled step
+      and is read at log and checkpoint steps (no per-step transfer), so the
+      error comes at the first of those at or after that update, before
+      anything non-finite is saved. Off, the run goes on, and a checkpoint step
+      whose update is non-finite is not saved.
     mesh_shape: mesh axis sizes for `make_mesh` (-1 = all devices left), used
       when `train` gets no mesh.
+    steps_per_call: updates per compiled call (>= 1): K > 1 scans K stacked
+      batches in one call (less dispatch overhead for small models) with the
+      results of K = 1; calls end at log and checkpoint steps. K > 1 needs
+      `on_policy=False`.
 
   Args:
     **overrides: values for any of the keys above (an unknown key fails).
@@ -208,13 +235,14 @@ def default_train_config(**overrides: Any) -> ml_collections.ConfigDict:
   config.distributed = False
   config.nan_guard = True
   config.mesh_shape = (-1,)
+  config.steps_per_call = 1
   config.lock()
   config.update(overrides)
   return config
 
 
 _INT_KEYS = (("num_steps", 1), ("seed", 0), ("batch_size", 1), ("checkpoint_every", 0),
-             ("keep_checkpoints", 1), ("log_every", 1))
+             ("keep_checkpoints", 1), ("log_every", 1), ("steps_per_call", 1))
 _BOOL_KEYS = ("progress_bar", "distributed", "nan_guard")
 _ALL_KEYS = (*(key for key, _ in _INT_KEYS), *_BOOL_KEYS, "mesh_shape")
 
@@ -223,7 +251,7 @@ def stage_train_config(num_steps: int, batch_size: int, log_every: int = 500
                        ) -> ml_collections.ConfigDict:
   """The loop's config for a model an experiment trains as one stage of its pipeline
   (Q-Tab, TapSampling, token fusion): one checkpoint at the end (a rerun resumes from
-  it), metrics every ``log_every`` steps, no progress bar, no per-step NaN guard."""
+  it), metrics every ``log_every`` steps, no progress bar, no NaN guard."""
   return default_train_config(num_steps=num_steps, batch_size=batch_size,
                               checkpoint_every=num_steps, log_every=log_every,
                               progress_bar=False, nan_guard=False)
@@ -326,11 +354,15 @@ def _gradient_free_update(opt_update: Callable, loss_fn: Callable, params: Any,
   return updates, opt_state, {"loss": loss, "update_norm": optax.tree.norm(updates)}
 
 
-@functools.partial(jax.jit, donate_argnums=0,
-                   static_argnames=("loss_fn", "opt_update", "mesh", "gradient_free"))
-def _train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callable,
-                opt_update: Callable, mesh: jax.sharding.Mesh, gradient_free: bool = False):
-  """One update; returns (new state, metrics incl. loss and grad_norm, state-finite flag)."""
+def _metric_order(names: Any) -> list[str]:
+  """Metric names as logged: loss first, then grad_norm, then the rest by name."""
+  return sorted(names, key=lambda k: (k != "loss", k != "grad_norm", k))
+
+
+def _update(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callable,
+            opt_update: Callable, gradient_free: bool):
+  """One update (traced): (new state, metrics incl. loss and grad_norm, bool[n + 1]:
+  whether each metric, in `_metric_order`, and then the new state is finite)."""
   step_key = jax.random.fold_in(key, state.step)
   if gradient_free:
     updates, opt_state, metrics = _gradient_free_update(
@@ -342,7 +374,80 @@ def _train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Calla
     metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **metrics}
   params = optax.apply_updates(state.params, updates)
   new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
-  outputs = (new_state, metrics, _all_finite((params, opt_state)))
+  finite = jnp.stack([jnp.all(jnp.isfinite(metrics[k])) for k in _metric_order(metrics)] +
+                     [_all_finite((params, opt_state))])
+  return new_state, metrics, finite
+
+
+@functools.partial(jax.jit, donate_argnums=0,
+                   static_argnames=("loss_fn", "opt_update", "mesh", "gradient_free"))
+def _train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callable,
+                opt_update: Callable, mesh: jax.sharding.Mesh, gradient_free: bool = False):
+  """One update; returns (new state, metrics incl. loss and grad_norm, all-finite flag)."""
+  new_state, metrics, finite = _update(state, batch, key, loss_fn=loss_fn,
+                                       opt_update=opt_update, gradient_free=gradient_free)
+  outputs = (new_state, metrics, jnp.all(finite))
+  return jax.lax.with_sharding_constraint(outputs, replicated_sharding(mesh))
+
+
+class _Guard(NamedTuple):
+  """The NaN guard's record of the first update with a non-finite value (device scalars).
+
+  Attributes:
+    step: int32, that update; -1 while every update was finite.
+    index: int32, which value: a metric's index in `_metric_order`, or the number
+      of metrics for the state (parameters or optimizer state).
+    value: float32, that metric's value (NaN for the state).
+  """
+  step: jax.Array
+  index: jax.Array
+  value: jax.Array
+
+
+def _clean_guard(mesh: jax.sharding.Mesh) -> _Guard:
+  guard = _Guard(jnp.int32(-1), jnp.int32(0), jnp.float32(0.0))
+  return jax.device_put(guard, replicated_sharding(mesh))
+
+
+def _record(guard: _Guard, step: jax.Array, metrics: Mapping[str, jax.Array],
+            finite: jax.Array) -> _Guard:
+  """`guard`, or update `step`'s first non-finite value if it is the first one."""
+  values = jnp.stack([jnp.asarray(metrics[k]).astype(jnp.float32)
+                      for k in _metric_order(metrics)] + [jnp.float32(jnp.nan)])
+  first = jnp.argmin(finite).astype(jnp.int32)  # The first False (0 if none: unused).
+  trips = (guard.step < 0) & ~jnp.all(finite)
+  return _Guard(jnp.where(trips, step, guard.step), jnp.where(trips, first, guard.index),
+                jnp.where(trips, values[first], guard.value))
+
+
+@functools.partial(jax.jit, donate_argnums=0,
+                   static_argnames=("loss_fn", "opt_update", "mesh", "gradient_free"))
+def _train_steps(state: TrainState, guard: _Guard, batches: Any, key: jax.Array, *,
+                 loss_fn: Callable, opt_update: Callable, mesh: jax.sharding.Mesh,
+                 gradient_free: bool = False):
+  """The loop's compiled call: the K updates of the batches stacked on `batches`' leading
+  axis, a `lax.scan` of `_update` (K = 1: the update itself). Compiled once per K.
+
+  Returns:
+    (state after the K updates, `guard` with their first non-finite value recorded,
+    the metrics of the last update, whether all of its values are finite).
+  """
+  update = functools.partial(_update, key=key, loss_fn=loss_fn, opt_update=opt_update,
+                             gradient_free=gradient_free)
+
+  def body(carry, batch):
+    state, guard, _ = carry
+    new_state, metrics, finite = update(state, batch)
+    return (new_state, _record(guard, state.step, metrics, finite), jnp.all(finite)), metrics
+
+  if jax.tree.leaves(batches)[0].shape[0] == 1:
+    (state, guard, finite), metrics = body((state, guard, True),
+                                           jax.tree.map(lambda x: x[0], batches))
+  else:
+    (state, guard, finite), metrics = jax.lax.scan(body, (state, guard, jnp.bool_(True)),
+                                                   batches)
+    metrics = jax.tree.map(lambda m: m[-1], metrics)
+  outputs = (state, guard, metrics, finite)
   return jax.lax.with_sharding_constraint(outputs, replicated_sharding(mesh))
 
 
@@ -410,8 +515,8 @@ def train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callab
 
   Returns:
     (new state, metrics with "loss", "grad_norm" and loss_fn's metrics (gradient
-    free: "loss" and "update_norm"), bool scalar: all of the new params and
-    optimizer state are finite).
+    free: "loss" and "update_norm"), bool scalar: the loss, all metrics, the new
+    params and the optimizer state are finite).
   """
   return _train_step(state, batch, key, loss_fn=loss_fn, opt_update=optimizer.update,
                      mesh=mesh, gradient_free=bool(gradient_free))
@@ -419,24 +524,45 @@ def train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callab
 
 def _ordered_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
   """Host metrics as floats, loss first, then grad_norm, then the rest by name."""
-  order = sorted(metrics, key=lambda k: (k != "loss", k != "grad_norm", k))
-  return {k: float(metrics[k]) for k in order}
+  return {k: float(metrics[k]) for k in _metric_order(metrics)}
 
 
-def _first_non_finite(metrics: Mapping[str, Any], state_finite: Any):
-  """Returns (name, value) of the first non-finite metric or the state, else None."""
-  for name, value in metrics.items():
-    if not np.isfinite(value):
-      return name, float(value)
-  if not bool(state_finite):
-    return "state", float("nan")
-  return None
+def _tripped(guard: _Guard, names: list[str]) -> tuple[int, str, float] | None:
+  """(step, name, value) of the first non-finite value a host copy of the guard
+  recorded (`names`: the metric names in `_metric_order`), else None."""
+  step, index = int(guard.step), int(guard.index)
+  if step < 0:
+    return None
+  return (step, "state", float("nan")) if index == len(names) else (
+      step, names[index], float(guard.value))
+
+
+def _call_end(begin: int, config: Any) -> int:
+  """Where the compiled call starting at update `begin` ends (exclusive): after at most
+  `config.steps_per_call` updates, and at the first log step (included), checkpoint
+  step or `num_steps`, so those are always the last update of a call."""
+  next_log = -(-begin // config.log_every) * config.log_every + 1
+  every = config.checkpoint_every
+  next_checkpoint = -(-(begin + 1) // every) * every if every else config.num_steps
+  return min(begin + config.steps_per_call, config.num_steps, next_log, next_checkpoint)
+
+
+def _stack(batches: list[Any], call: str) -> Any:
+  """The batches of one call stacked on a new leading axis (host arrays)."""
+  if len(batches) == 1:
+    return jax.tree.map(lambda x: np.asarray(x)[None], batches[0])
+  try:
+    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *batches)
+  except ValueError as e:
+    raise ValueError(f"{call} returned batches of different structures or shapes, which "
+                     f"a call of {len(batches)} updates (config.steps_per_call) stacks: "
+                     f"{e}") from None
 
 
 # Loop keys that never change what a run computes (logging, checkpointing, devices):
 # experiments leave them out of the fingerprints that key their runs.
 BOOKKEEPING_KEYS = ("log_every", "checkpoint_every", "keep_checkpoints", "progress_bar",
-                    "distributed", "nan_guard", "mesh_shape")
+                    "distributed", "nan_guard", "mesh_shape", "steps_per_call")
 # Keys that do not change the trained values: they may differ on resume.
 _NOT_RESULT_KEYS = ("num_steps", *BOOKKEEPING_KEYS)
 _SMALL_ARRAY = 64  # Arrays an optimizer closes over up to this size count by value.
@@ -603,7 +729,8 @@ def train(*, init_fn: Callable[[jax.Array], Any],
     overwrite: discard the checkpoints already in `workdir/checkpoints` and
       train from scratch (e.g. after changing the config on purpose).
     on_policy: call `batch_fn(seed, s, params)` with the parameters update `s`
-      starts from (see the module docstring), for batches sampled from the policy.
+      starts from (see the module docstring), for batches sampled from the policy;
+      needs `config.steps_per_call=1`.
     carry: None, or the initial carry c_0 (a pytree of arrays) of a batch function
       with running statistics: it is then called as `batch_fn(seed, s, [params,]
       c_s)` and returns `(batch, c_{s+1})`; the carry is checkpointed with the
@@ -616,18 +743,23 @@ def train(*, init_fn: Callable[[jax.Array], Any],
     `CarryTrainState` whose carry is the one after the last batch.
 
   Raises:
-    ValueError / TypeError: for invalid config or arguments, or a workdir that is
-      a file or not writable, before any work.
+    ValueError / TypeError: for invalid config or arguments (`steps_per_call` > 1
+      with `on_policy`), or a workdir that is a file or not writable, before any work.
     ValueError: if `workdir` holds checkpoints of a different run (another
       seed, batch size, optimizer, parameter or optimizer-state shapes, or more
       steps than `config.num_steps`), or holds checkpoints none of which
       restores; the message names the differences and the ways out.
-    NonFiniteError: (a FloatingPointError) if a loss, metric or the state is
-      NaN/Inf; that state is not checkpointed.
+    NonFiniteError: (a FloatingPointError) with `config.nan_guard`, if a loss,
+      metric or the state is NaN/Inf; it names the first such update, raised at
+      the next log or checkpoint step; nothing from it on is checkpointed.
   """
   validate_train_config(config)
   # A snapshot of the settings, so any mapping works and later edits cannot leak in.
   config = types.SimpleNamespace(**{key: config[key] for key in _ALL_KEYS})
+  if on_policy and config.steps_per_call > 1:
+    raise ValueError(f"config.steps_per_call={config.steps_per_call} needs on_policy=False: "
+                     "an on-policy batch is sampled from the parameters of the update before "
+                     "it, so each call can run only one update; use steps_per_call=1")
   for name, fn in (("init_fn", init_fn), ("loss_fn", loss_fn), ("batch_fn", batch_fn)):
     if not callable(fn):
       raise TypeError(f"{name} must be callable, got {fn!r}")
@@ -662,23 +794,28 @@ def train(*, init_fn: Callable[[jax.Array], Any],
       jax.eval_shape(functools.partial(_make_state, init_fn=init_fn, opt_init=optimizer.init),
                      init_key), None if carry is None else _abstract(carry))
   state_shardings = jax.tree.map(lambda _: replicated_sharding(mesh), abstract_state)
-  step_fn = functools.partial(train_step, loss_fn=loss_fn, optimizer=optimizer, mesh=mesh,
-                              gradient_free=gradient_free)
+  call_fn = functools.partial(_train_steps, loss_fn=loss_fn, opt_update=optimizer.update,
+                              mesh=mesh, gradient_free=bool(gradient_free))
 
-  def place_batch(step, state):
-    args = (seed, step) + ((state.params,) if on_policy else ())
-    call = ", ".join([str(seed), str(step)] + ["params"] * on_policy)
-    if carry is None:
-      batch, next_carry = batch_fn(*args), None
-    else:
-      batch, next_carry = _split_carry(batch_fn(*args, state.carry), f"batch_fn({call}, carry)",
-                                       abstract_state.carry, mesh)
-    for leaf in jax.tree.leaves(batch):
-      if np.ndim(leaf) == 0 or np.shape(leaf)[0] != config.batch_size:
-        raise ValueError(f"batch_fn({call}) returned a leaf of shape "
-                         f"{np.shape(leaf)}; expected leading size "
-                         f"config.batch_size={config.batch_size}")
-    return shard_batch(batch, mesh), next_carry
+  def place_batches(begin, end, state):
+    """The batches of updates begin..end-1, stacked and sharded, and the carry after them."""
+    batches, next_carry = [], getattr(state, "carry", None)
+    for step in range(begin, end):
+      args = (seed, step) + ((state.params,) if on_policy else ())
+      call = ", ".join([str(seed), str(step)] + ["params"] * on_policy)
+      if carry is None:
+        batch = batch_fn(*args)
+      else:
+        batch, next_carry = _split_carry(batch_fn(*args, next_carry), f"batch_fn({call}, carry)",
+                                         abstract_state.carry, mesh)
+      for leaf in jax.tree.leaves(batch):
+        if np.ndim(leaf) == 0 or np.shape(leaf)[0] != config.batch_size:
+          raise ValueError(f"batch_fn({call}) returned a leaf of shape "
+                           f"{np.shape(leaf)}; expected leading size "
+                           f"config.batch_size={config.batch_size}")
+      batches.append(batch)
+    stacked = _stack(batches, f"batch_fn for steps {begin}..{end - 1}")
+    return shard_batch(stacked, mesh, batch_axis=1), next_carry
 
   directory = os.path.abspath(os.path.join(workdir, CHECKPOINT_SUBDIR))
   record_path = os.path.join(workdir, RUN_RECORD)
@@ -720,49 +857,52 @@ def train(*, init_fn: Callable[[jax.Array], Any],
         tqdm.tqdm(total=num_steps, initial=start, desc="train", dynamic_ncols=True,
                   disable=not (config.progress_bar and is_chief)) as progress:
       done = saved = start  # state.step of `state`; of the newest checkpoint.
-      pending = None  # (metrics, state_finite) of `state`, not yet fetched.
+      guard = _clean_guard(mesh)  # The first non-finite update since `start`, on device.
+      finite = None  # Whether the last update's values are all finite (device bool).
       saving = False
       try:
-        batch, next_carry = place_batch(start, state)
-        for s in range(start, num_steps):
-          # The step sees (and donates) the TrainState part only; the carry is host data.
-          state, metrics, state_finite = step_fn(TrainState(*state[:3]), batch, step_key)
-          state = _with_carry(state, next_carry)
-          done, pending = s + 1, (metrics, state_finite)
-          if s + 1 < num_steps:
-            # Host work, overlapping the device's step (on-policy: after it, as it
+        end = _call_end(start, config)
+        batches, next_carry = place_batches(start, end, state)
+        while done < num_steps:
+          # The call sees (and donates) the TrainState part only; the carry is host data.
+          state, guard, metrics, finite = call_fn(TrainState(*state[:3]), guard, batches,
+                                                  step_key)
+          state, begin, done = _with_carry(state, next_carry), done, end
+          if done < num_steps:
+            # Host work, overlapping the device's call (on-policy: after it, as it
             # samples from the new parameters).
-            batch, next_carry = place_batch(s + 1, state)
-          is_log = s % config.log_every == 0 or s + 1 == num_steps
-          is_checkpoint = s + 1 == num_steps or (
-              config.checkpoint_every and (s + 1) % config.checkpoint_every == 0)
-          if config.nan_guard or is_log or is_checkpoint:
-            host_metrics, host_finite = jax.device_get(pending)
+            end = _call_end(done, config)
+            batches, next_carry = place_batches(done, end, state)
+          is_log = (done - 1) % config.log_every == 0 or done == num_steps
+          is_checkpoint = done == num_steps or (
+              config.checkpoint_every and done % config.checkpoint_every == 0)
+          if is_log or is_checkpoint:
+            host_metrics, host_guard, host_finite = jax.device_get((metrics, guard, finite))
             host_metrics = _ordered_floats(host_metrics)
-            bad = _first_non_finite(host_metrics, host_finite)
+            bad = _tripped(host_guard, list(host_metrics))
             if bad is not None and config.nan_guard:
-              raise NonFiniteError(s, *bad)
-            pending = None if bad is None else pending
+              raise NonFiniteError(*bad, last_good_step=saved or None)
             progress.set_postfix(loss=f"{host_metrics['loss']:.4g}", refresh=False)
             if is_log:
-              history.append({"step": s, **host_metrics})
-              writer.write_scalars(s, host_metrics)
+              history.append({"step": done - 1, **host_metrics})
+              writer.write_scalars(done - 1, host_metrics)
             if is_checkpoint:
-              if bad is None:
+              if host_finite:
                 saving = True
-                checkpoint.save(manager, s + 1, state)
-                saving, saved = False, s + 1
+                checkpoint.save(manager, done, state)
+                saving, saved = False, done
               else:
-                logging.warning("Not checkpointing step %d: non-finite %s=%s",
-                                s + 1, *bad)
-          progress.update(1)
+                logging.warning("Not checkpointing step %d: its update has a non-finite "
+                                "value (the first was %s=%s at step %d)", done, bad[1],
+                                bad[2], bad[0])
+          progress.update(done - begin)
       except NonFiniteError:
         raise
       except BaseException:
         # KeyboardInterrupt or an error in batch_fn: keep the progress made, if the
-        # state is alive (not donated mid-step), finite, and not mid-save.
+        # state is alive (not donated mid-call), finite, and not mid-save.
         if done > saved and not saving:
-          _save_on_exit(manager, done, state, pending)
+          _save_on_exit(manager, done, state, guard if config.nan_guard else None, finite)
         raise
     return TrainResult(state, history)
   finally:
@@ -804,15 +944,17 @@ def _sync(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
-def _save_on_exit(manager, step: int, state: TrainState, pending) -> None:
+def _save_on_exit(manager, step: int, state: TrainState, guard: _Guard | None,
+                  finite: jax.Array) -> None:
+  """Checkpoints `state` (at `step`) on an interrupt, unless it was donated, its update
+  was non-finite, or (`guard` given: with the NaN guard) any update of the run was."""
   try:
     if any(leaf.is_deleted() for leaf in jax.tree.leaves(state)):
       return
-    if pending is not None:
-      metrics, state_finite = jax.device_get(pending)
-      if _first_non_finite(_ordered_floats(metrics), state_finite):
-        logging.warning("Not checkpointing step %d on exit: non-finite state", step)
-        return
+    guard_step = -1 if guard is None else int(jax.device_get(guard.step))
+    if not bool(jax.device_get(finite)) or guard_step >= 0:
+      logging.warning("Not checkpointing step %d on exit: non-finite values", step)
+      return
     logging.warning("Interrupted: checkpointing step %d before exiting", step)
     checkpoint.save(manager, step, state)
   except Exception as e:  # Never mask the original exception.

@@ -43,6 +43,20 @@ def test_shard_batch_places_global_arrays():
   assert sharding.replicated_sharding(mesh).is_fully_replicated
 
 
+def test_shard_batch_splits_a_stack_of_batches_on_axis_1():
+  mesh = sharding.make_mesh()
+  n = 2 * jax.device_count()
+  stack = np.arange(3 * n * 2, dtype=np.float32).reshape(3, n, 2)  # 3 batches of n.
+  placed = sharding.shard_batch({"x": stack}, mesh, batch_axis=1)["x"]
+  assert placed.sharding == sharding.batch_sharding(mesh, 1)
+  assert placed.sharding.spec == jax.sharding.PartitionSpec(None, "data")
+  np.testing.assert_array_equal(placed, stack)
+  with pytest.raises(ValueError, match=r"leaf \['y'\] has size on axis 1: 3, but other"):
+    sharding.shard_batch({"x": stack, "y": np.ones((3, 3))}, mesh, batch_axis=1)
+  with pytest.raises(ValueError, match=r"leaf \['x'\] has shape \(4,\), no batch axis 1"):
+    sharding.shard_batch({"x": np.ones(4)}, mesh, batch_axis=1)
+
+
 @pytest.mark.parametrize("batch, match", [
     ({"x": np.ones(()), "y": np.ones(4)}, r"leaf \['x'\] is a scalar"),
     ({"x": np.ones((4, 2)), "y": np.ones(3)}, r"leaf \['y'\] has leading size 3, but other "
@@ -80,6 +94,12 @@ _EIGHT_DEVICES = textwrap.dedent("""
       assert "batch size 12" in str(e) and "8 devices" in str(e), e
     else:
       raise AssertionError("no error for a batch of 12 on 8 devices")
+    stack = np.stack([x, x + 100])  # Two batches of 16: each device holds 2 rows of each.
+    placed = sharding.shard_batch({"x": stack}, mesh, batch_axis=1)["x"]
+    shards = sorted(placed.addressable_shards, key=lambda s: s.index[1].start)
+    assert len(shards) == 8 and all(s.data.shape == (2, 2, 3) for s in shards)
+    np.testing.assert_array_equal(np.concatenate([np.asarray(s.data) for s in shards], 1),
+                                  stack)
     print("OK")
 """)
 

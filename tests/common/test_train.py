@@ -21,6 +21,7 @@ import optax
 import pytest
 
 from common import checkpoint, metrics, sharding
+from common import train as train_lib
 from common.data.regression import regression_batch
 from common.models import MLP
 from common.train import (NonFiniteError, default_train_config, init_train_state, train,
@@ -278,6 +279,7 @@ def test_without_guard_a_non_finite_state_is_never_saved(tmp_path):
     ("keep_checkpoints", 0, "config.keep_checkpoints must be an int >= 1, got 0"),
     ("checkpoint_every", -1, "config.checkpoint_every must be an int >= 0, got -1"),
     ("nan_guard", 1, "config.nan_guard must be a bool, got 1"),
+    ("steps_per_call", 0, "config.steps_per_call must be an int >= 1, got 0"),
 ])
 def test_invalid_config_is_rejected_before_any_work(tmp_path, key, value, match):
   config = dict(make_config().items())  # A plain dict: ConfigDict would refuse 1 for a bool.
@@ -291,6 +293,7 @@ def test_invalid_config_is_rejected_before_any_work(tmp_path, key, value, match)
 def test_config_defaults_and_bad_arguments(tmp_path):
   config = default_train_config()
   assert config.distributed is False and config.nan_guard is True
+  assert config.steps_per_call == 1
   with pytest.raises(AttributeError):
     config.num_step = 5  # Locked: a misspelt key fails.
   with pytest.raises(ValueError, match="missing key 'seed'"):
@@ -426,6 +429,9 @@ def _train_and_save(out_path, workdir):
   result = run(workdir)
   flat = {jax.tree_util.keystr(path): np.asarray(leaf)
           for path, leaf in jax.tree_util.tree_leaves_with_path(result.state.params)}
+  k_result = run(os.path.join(workdir, "k4"), steps_per_call=4)  # Stacked batches on the mesh.
+  flat.update({"k4" + jax.tree_util.keystr(path): np.asarray(leaf)
+               for path, leaf in jax.tree_util.tree_leaves_with_path(k_result.state.params)})
   zo_result = run_zo(os.path.join(workdir, "zo"))  # The gradient-free path on the mesh.
   flat.update({"zo" + jax.tree_util.keystr(path): np.asarray(leaf)
                for path, leaf in jax.tree_util.tree_leaves_with_path(zo_result.state.params)})
@@ -437,8 +443,11 @@ def _train_and_save(out_path, workdir):
 def test_eight_fake_devices_match_one_device(reference, zo_reference, tmp_path):
   _, want, _ = reference
   out = tmp_path / "params.npz"
+  # The script imports this checkout's packages (not an installed copy's): the repo root first.
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu")
+             JAX_PLATFORMS="cpu",
+             PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
   proc = subprocess.run([sys.executable, os.path.abspath(__file__), str(out),
                          str(tmp_path / "run")], env=env, capture_output=True,
                         text=True, timeout=300)
@@ -448,6 +457,9 @@ def test_eight_fake_devices_match_one_device(reference, zo_reference, tmp_path):
   assert got["losses"][-1] < 0.5 * got["losses"][0]
   for path, leaf in jax.tree_util.tree_leaves_with_path(want.state.params):
     np.testing.assert_allclose(got[jax.tree_util.keystr(path)], leaf, rtol=1e-5, atol=1e-6)
+    # 4 steps per call on the 8 devices: the 1-step run on them, exactly.
+    np.testing.assert_array_equal(got["k4" + jax.tree_util.keystr(path)],
+                                  got[jax.tree_util.keystr(path)])
   # The estimate divides loss differences by 2 eps, so summation order across the
   # shards shows up more than in the gradient run.
   for path, leaf in jax.tree_util.tree_leaves_with_path(zo_reference[0].state.params):
@@ -669,3 +681,145 @@ def test_carry_mismatches_are_one_line_errors(tmp_path):
                                                                    (stats.ema,)))
   with pytest.raises(TypeError, match=r"carry\.ema must be an array or number, got str"):
     run_carry(tmp_path / "e", carry=Stats("x", 0))
+
+
+# ----------------------------------------------------------------------------- steps_per_call
+# 23 updates, logs at steps 0, 10, 20, 22 and checkpoints at 8, 16, 23: with K = 4 the
+# calls are [0, 1), [1, 5), [5, 8), [8, 11), [11, 15), [15, 16), [16, 20), [20, 21),
+# [21, 23) (a call ends at a log step, a checkpoint step and num_steps).
+K_STEPS = 23
+K_CALLS = {1: [1] * K_STEPS, 3: [1, 3, 3, 1, 3, 3, 2, 3, 2, 2],
+           4: [1, 4, 3, 3, 4, 1, 4, 1, 2]}
+
+
+def k_config(k, **overrides):
+  return {"num_steps": K_STEPS, "log_every": 10, "checkpoint_every": 8, "keep_checkpoints": 3,
+          "steps_per_call": k, **overrides}
+
+
+def run_k(workdir, k, **overrides):
+  return run(workdir, **k_config(k, **overrides))
+
+
+@pytest.fixture(scope="module")
+def one_step(tmp_path_factory):
+  """The uninterrupted 23-step run, one update per call."""
+  return run_k(tmp_path_factory.mktemp("one_step"), 1)
+
+
+@pytest.mark.parametrize("k", [1, 3, 4])
+def test_k_steps_per_call_equal_one_step_per_call(one_step, tmp_path, monkeypatch, k):
+  calls, traces = [], []
+  real = train_lib._train_steps
+
+  def recorded(state, guard, batches, key, **kwargs):
+    calls.append(jax.tree.leaves(batches)[0].shape[0])
+    assert batches["x"].sharding.spec == jax.sharding.PartitionSpec(None, "data")
+    return real(state, guard, batches, key, **kwargs)
+
+  def counted_loss(params, batch, key):
+    traces.append(1)
+    return loss_fn(params, batch, key)
+
+  monkeypatch.setattr(train_lib, "_train_steps", recorded)
+  got = run_k(tmp_path, k, loss=counted_loss)
+  assert calls == K_CALLS[k]
+  assert len(traces) == len(set(calls))  # Compiled once per call length.
+  assert [h["step"] for h in got.history] == [0, 10, 20, 22]
+  assert got.history == one_step.history  # The logged metrics, bit for bit.
+  assert metrics.read_metrics_jsonl(tmp_path) == one_step.history
+  assert_same_state(got.state, one_step.state)
+  assert steps_on_disk(tmp_path) == ["16", "23", "8"]
+  restored = checkpoint.restore(checkpoint.make_manager(tmp_path / "checkpoints", keep=3), 16,
+                                jax.eval_shape(lambda: got.state))
+  assert int(restored.step) == 16
+
+
+def test_k_step_runs_resume_bitwise_after_an_extension_or_an_interrupt(one_step, tmp_path):
+  # Extended: 13 updates 4 per call, then on to 23 with 3 per call (K may change).
+  first = run_k(tmp_path / "extended", 4, num_steps=13)
+  assert steps_on_disk(tmp_path / "extended") == ["13", "8"]
+  second = run_k(tmp_path / "extended", 3)
+  assert_same_state(second.state, one_step.state)
+  logged = [h for h in first.history + second.history if h["step"] != 12]
+  assert logged == one_step.history  # Step 12 was the last of the 13-step run.
+
+  def interrupted(seed, step):
+    if step == 13:
+      raise KeyboardInterrupt  # While making the batches of the call [11, 15).
+    return batch_fn(seed, step)
+
+  with pytest.raises(KeyboardInterrupt):
+    run_k(tmp_path / "killed", 4, batches=interrupted)
+  assert steps_on_disk(tmp_path / "killed") == ["11", "8"]  # 11 saved on exit.
+  resumed = run_k(tmp_path / "killed", 4)
+  assert [h["step"] for h in resumed.history] == [20, 22]
+  assert_same_state(resumed.state, one_step.state)
+
+
+def test_k_step_nan_guard_names_the_first_bad_step_and_rolls_back(one_step, tmp_path):
+  with pytest.raises(NonFiniteError, match=r"non-finite loss=nan at step 13; .*the last "
+                     r"good state is checkpoint 8, where a rerun resumes") as info:
+    run_k(tmp_path, 4, batches=_nan_at(13))  # In the call [11, 15), read at 16.
+  assert info.value.step == 13 and info.value.last_good_step == 8
+  assert "\n" not in str(info.value)
+  assert steps_on_disk(tmp_path) == ["8"]  # 16 (after the NaN) was not saved.
+  resumed = run_k(tmp_path, 4)  # Fixed data: the rerun resumes from the last good state.
+  assert resumed.history[0]["step"] == 10
+  assert_same_state(resumed.state, one_step.state)
+  def nan_then_interrupt(seed, step):
+    if step == 15:
+      raise KeyboardInterrupt  # After the call [11, 15), before the guard is read at 16.
+    return _nan_at(13)(seed, step)
+
+  with pytest.raises(KeyboardInterrupt):
+    run_k(tmp_path / "interrupted", 4, batches=nan_then_interrupt)
+  assert steps_on_disk(tmp_path / "interrupted") == ["8"]  # 15 is not saved on exit.
+  # Without the guard the run goes on and never saves a non-finite state.
+  result = run_k(tmp_path / "off", 4, batches=_nan_at(13), nan_guard=False)
+  assert np.isnan(result.history[-1]["loss"]) and steps_on_disk(tmp_path / "off") == ["8"]
+
+
+def test_k_step_nan_guard_catches_a_metric_inside_a_call(tmp_path):
+  def loss_with_ratio(params, batch, key):
+    loss, aux = loss_fn(params, batch, key)
+    return loss, {**aux, "ratio": 1.0 / (13.0 - batch["flag"][0])}
+
+  def batches(seed, step):
+    return {**batch_fn(seed, step), "flag": np.full((BATCH,), float(step), np.float32)}
+
+  with pytest.raises(NonFiniteError, match="non-finite ratio=inf at step 13"):
+    run_k(tmp_path / "guard", 4, loss=loss_with_ratio, batches=batches)
+  assert steps_on_disk(tmp_path / "guard") == ["8"]
+
+  def interrupted(seed, step):
+    if step == 15:
+      raise KeyboardInterrupt  # The state after [11, 15) is finite, but the guard tripped.
+    return batches(seed, step)
+
+  with pytest.raises(KeyboardInterrupt):
+    run_k(tmp_path / "interrupted", 4, loss=loss_with_ratio, batches=interrupted)
+  assert steps_on_disk(tmp_path / "interrupted") == ["8"]
+  # Off: only the metric was infinite, so every checkpoint is saved.
+  run_k(tmp_path / "off", 4, loss=loss_with_ratio, batches=batches, nan_guard=False)
+  assert steps_on_disk(tmp_path / "off") == ["16", "23", "8"]
+
+
+def test_k_step_gradient_free_and_carry_runs_equal_one_step_runs(tmp_path):
+  zo_one = run_zo(tmp_path / "zo1", **k_config(1))
+  zo_four = run_zo(tmp_path / "zo4", **k_config(4))
+  assert zo_four.history == zo_one.history
+  chex.assert_trees_all_equal(zo_four.state, zo_one.state)
+  carry_one = run_carry(tmp_path / "carry1", **k_config(1))
+  carry_four = run_carry(tmp_path / "carry4", **k_config(4))
+  assert int(carry_four.state.carry.count) == K_STEPS
+  assert carry_four.history == carry_one.history
+  chex.assert_trees_all_equal(carry_four.state, carry_one.state)
+
+
+def test_k_steps_with_on_policy_is_a_one_line_error_before_any_work(tmp_path):
+  with pytest.raises(ValueError, match=r"config.steps_per_call=4 needs on_policy=False") as info:
+    train(init_fn=init_fn, loss_fn=loss_fn, batch_fn=lambda seed, step, params: None,
+          optimizer=OPTIMIZER, config=make_config(steps_per_call=4),
+          workdir=tmp_path / "run", on_policy=True)
+  assert "\n" not in str(info.value) and not (tmp_path / "run").exists()

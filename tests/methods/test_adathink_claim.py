@@ -42,7 +42,7 @@ def test_the_experiment_runs_end_to_end_and_reruns_nothing(tiny, monkeypatch):
   table = open(os.path.join(workdir, "per_depth.md")).read()
   assert "| adathink | token-mean |" in table          # each row's loss aggregation
   calls = []
-  monkeypatch.setattr(train_lib, "_train_step", lambda *a, **k: calls.append(1))
+  monkeypatch.setattr(train_lib, "_train_steps", lambda *a, **k: calls.append(1))
   monkeypatch.setattr(training, "evaluate", lambda *a, **k: calls.append(1))
   again = ex.run(config, workdir)
   assert calls == [] and again.figures == result.figures

@@ -42,7 +42,7 @@ def test_the_experiment_runs_end_to_end_and_reruns_nothing(tiny, monkeypatch):
   for name, value in result.figures.items():
     assert np.isfinite(value), name
   calls = []
-  monkeypatch.setattr(train_lib, "_train_step", lambda *a, **k: calls.append(1))
+  monkeypatch.setattr(train_lib, "_train_steps", lambda *a, **k: calls.append(1))
   again = ex.run(config, workdir)
   assert calls == [] and again.figures == result.figures
 
