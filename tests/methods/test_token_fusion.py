@@ -159,19 +159,25 @@ def test_fuse_without_edit_and_with(tok_params):
   a = jax.random.uniform(jax.random.key(2), (2, 16, 16))
   b = jax.random.uniform(jax.random.key(3), (2, 16, 16))
   params = ste.init(jax.random.key(0), spec.editor, CONFIG.num_tokens, CONFIG.bits)
-  f2d = fusion.apply(frozen.backbone, a, b, spec.backbone)
-  none = model_lib.fuse(frozen, params, a, b, ste.fixed_mask("none", 6, 0), spec)
-  np.testing.assert_allclose(none, f2d, atol=1e-6)
   params["delta"] = jnp.ones_like(params["delta"])
-  edited = model_lib.fuse(frozen, params, a, b, ste.fixed_mask("probe", 6, 2, (1, 4)), spec)
+  loss_fn = model_lib.make_loss_fn(tok_params, spec, budget=2)
+  probe = ste.fixed_mask("probe", 6, 2, (1, 4))
+
+  @jax.jit
+  def everything(params):
+    f2d = fusion.apply(frozen.backbone, a, b, spec.backbone)
+    none = model_lib.fuse(frozen, params, a, b, ste.fixed_mask("none", 6, 0), spec)
+    edited = model_lib.fuse(frozen, params, a, b, probe, spec)
+    inputs = model_lib.token_inputs(frozen, a, b, spec)
+    from_inputs = model_lib.fuse_inputs(tok_params, params, inputs, probe, spec)
+    grads = jax.grad(lambda p: loss_fn(p, inputs._asdict(), jax.random.key(0))[0])(params)
+    return f2d, none, edited, from_inputs, grads
+  f2d, none, edited, from_inputs, grads = everything(params)
+  np.testing.assert_allclose(none, f2d, atol=1e-6)          # no edit: the 2D pathway
   assert edited.shape == a.shape and np.all(np.isfinite(edited))
   assert float(jnp.max(jnp.abs(edited - none))) > 0
+  np.testing.assert_allclose(from_inputs, edited, atol=1e-5)
+  assert np.any(np.asarray(grads["delta"]) != 0) and np.any(np.asarray(grads["logits"]) != 0)
   inputs = model_lib.precompute(frozen, a, b, spec, chunk=1)
   np.testing.assert_allclose(inputs.f2d, f2d, atol=1e-6)
-  np.testing.assert_allclose(model_lib.fuse_inputs(tok_params, params, inputs,
-                                                   ste.fixed_mask("probe", 6, 2, (1, 4)), spec),
-                             edited, atol=1e-5)
-  loss_fn = model_lib.make_loss_fn(tok_params, spec, budget=2)
-  grads = jax.grad(lambda p: loss_fn(p, inputs._asdict(), jax.random.key(0))[0])(params)
-  assert np.any(np.asarray(grads["delta"]) != 0) and np.any(np.asarray(grads["logits"]) != 0)
   assert model_lib.probed_positions({"logits": jnp.arange(6.0)}, 2) == (4, 5)
