@@ -282,7 +282,9 @@ def claims(rows, config, quality) -> list[report.Claim]:
   out = []
   counts = first_places(rows, config)
   others = max(v for m, v in counts.items() if m != "ste")
-  n = f"{config.num_seeds} seeds, {len(config.tasks)} tasks"
+  source = (f"pairs from {config.data_dir}" if config.data_dir else
+            "tasks simulated from bundled photos, infrared/visible included")
+  n = f"{config.num_seeds} seeds, {len(config.tasks)} {source}"
   out.append(report.Claim(
       f"STE ranks first on more (task, metric) cells than any other method ({n})",
       "best overall performance on four benchmarks",
@@ -291,14 +293,14 @@ def claims(rows, config, quality) -> list[report.Claim]:
   loc = _relative_gain(rows, config, ("SF", "Qabf"))
   out.append(report.Claim(
       "STE improves on the 2D pathway in both global coherence (mean relative change of "
-      "SD, VIF, SSIM to ground truth) and local fidelity (SF, Qabf)",
+      f"SD, VIF, SSIM to ground truth) and local fidelity (SF, Qabf) ({n})",
       "consistent gains in global coherence and local fidelity",
       f"global {glob:+.2%}, local {loc:+.2%}", min(glob, loc), ">", 0.0))
-  out.append(_sparse_claim(rows, config))
+  out.append(_sparse_claim(rows, config, n))
   return out
 
 
-def _sparse_claim(rows, config):
+def _sparse_claim(rows, config, n: str):
   objective = lambda m: float(np.mean([_mean(rows, t, m, "objective") for t in config.tasks]))
   if not {"probe", "all"} <= set(config.ste.selections):
     return None
@@ -314,7 +316,7 @@ def _sparse_claim(rows, config):
   return report.Claim(
       f"Editing {config.ste.budget} of {config.tokenizer.num_tokens} tokens gets at least "
       f"{config.evaluation.gain_share:.0%} of the objective gain of editing all of them, and "
-      "beats random positions at the same budget", "sparse editing suffices",
+      f"beats random positions at the same budget ({n})", "sparse editing suffices",
       text, share, ">=", config.evaluation.gain_share, also=also)
 
 

@@ -100,3 +100,29 @@ def test_bad_config_fails_before_any_work(tmp_path):
   with pytest.raises(config_lib.ConfigError, match="ste.budget"):
     experiment.run(config, str(tmp_path / "run"))
   assert not os.path.exists(tmp_path / "run" / "evals.jsonl")
+
+
+def test_data_dir_path_reads_a_paper_layout_folder(tmp_path):
+  """The paper path: an MSRS-style folder feeds the infrared/visible task (split into
+  training and held-out pairs, batches drawn from it); a folder without vi/ fails the
+  preflight with one line."""
+  from common.data import fusion_images  # pylint: disable=import-outside-toplevel
+  from methods.token_fusion import training  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  ir, vi = rng.uniform(size=(2, 12, 60, 60)).astype(np.float32)
+  fusion_images.write_fusion_folder(str(tmp_path / "msrs"), ir, vi,
+                                    [f"{i:05d}" for i in range(12)])
+  config = configs.get_config("tiny")
+  with config.unlocked():
+    config.data_dir, config.tasks = str(tmp_path / "msrs"), ("infrared_visible",)
+  configs.preflight(config)
+  train, held = experiment.task_data(config, "infrared_visible")
+  assert train.a.shape == (4, 48, 48) and held.b.shape == (8, 48, 48)
+  assert held.ground_truth is None
+  batch = training.pool_batch_fn({"a": train.a, "b": train.b}, 8)(0, 0)
+  assert batch["a"].shape == (8, 48, 48)
+  (tmp_path / "bad" / "ir").mkdir(parents=True)
+  with config.unlocked():
+    config.data_dir = str(tmp_path / "bad")
+  with pytest.raises(config_lib.ConfigError, match="data_dir"):
+    configs.preflight(config)
