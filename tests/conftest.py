@@ -126,3 +126,24 @@ def tiny_hf_dir(tiny_lm, tmp_path_factory):
   hf.save_hf_checkpoint(folder, tiny_lm.params, tiny_lm.model.config)
   tokenizers.save_byte_tokenizer(folder, end_id=10)
   return folder
+
+
+def _tensorboard_scalars(path):
+  """Reads every scalar of a run directory with TensorBoard's own event reader.
+
+  Returns (step, tag, value) tuples sorted by step then tag, after TensorBoard's
+  handling of purge markers (a resumed run's events replace the older ones).
+  """
+  from tensorboard.backend.event_processing import event_accumulator
+  accumulator = event_accumulator.EventAccumulator(
+      os.fspath(path), size_guidance={event_accumulator.SCALARS: 0})
+  accumulator.Reload()
+  return sorted((event.step, tag, event.value)
+                for tag in accumulator.Tags()["scalars"]
+                for event in accumulator.Scalars(tag))
+
+
+@pytest.fixture(scope="session")
+def tensorboard_scalars():
+  """The reader of the TensorBoard files the library writes (`_tensorboard_scalars`)."""
+  return _tensorboard_scalars

@@ -168,11 +168,11 @@ def test_progress_bar_shows_live_loss(tmp_path, capsys):
   assert "2/2" in err and "loss=" in err
 
 
-def test_writes_metrics_and_keeps_checkpoints(reference):
+def test_writes_metrics_and_keeps_checkpoints(reference, tensorboard_scalars):
   workdir, result, _ = reference
   records = metrics.read_metrics_jsonl(workdir)
   assert records == result.history
-  scalars = metrics.read_event_scalars(workdir)
+  scalars = tensorboard_scalars(workdir)
   assert [(s, t) for s, t, _ in scalars if t == "loss"] == [(0, "loss"), (3, "loss"),
                                                             (6, "loss"), (9, "loss")]
   losses = [v for _, t, v in scalars if t == "loss"]
