@@ -261,38 +261,72 @@ def _cell(text: str) -> str:
   return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def claims_count(result: Result) -> tuple[int, int]:
+  """(claims reproduced, claims checked) of a result."""
+  return sum(c.reproduced for c in result.claims), len(result.claims)
+
+
+def summary_rows(entries: Mapping[str, tuple[Experiment, Result, str]],
+                 link: bool = True) -> list[str]:
+  """The one-screen summary: a markdown row per experiment (claims reproduced out of
+  checked, run time, and with `link` its report section and plots)."""
+  lines = ["| method | reproduced | last run | plots |", "|---|---|---|---|"]
+  for name, (exp, result, status) in entries.items():
+    done, checked = claims_count(result)
+    label = f"[{exp.title}](#{name})" if link else exp.title
+    label += f" (`{name}`)" + (f" *{status}*" if status else "")
+    minutes = "" if math.isnan(result.seconds) else f"{result.seconds / 60:.1f} min"
+    plots = ", ".join(f"[{os.path.splitext(p)[0]}]({name}/{p})" for p in result.plots)
+    lines.append(f"| {_cell(label)} | {done}/{checked} | {minutes} | {plots} |")
+  return lines
+
+
+def _section(name: str, exp: Experiment, result: Result, status: str) -> list[str]:
+  """One experiment's section: its claims, then its plots, notes and figures."""
+  done, checked = claims_count(result)
+  lines = ["", f'<a id="{name}"></a>', "", f"## {exp.title} (`{name}`)", ""]
+  summary = f"{done} of {checked} claims reproduced"
+  if not math.isnan(result.seconds):
+    summary += f"; run time {result.seconds:.0f} s"
+  lines += [summary + (f" (*{status}*)" if status else "") + ".", "",
+            "| paper's claim | paper's figure | our figure | reproduced |",
+            "|---|---|---|---|"]
+  for c in result.claims:
+    lines.append(f"| {_cell(c.claim)} | {_cell(c.paper_figure)} | {_cell(c.our_figure)} | "
+                 f"{'yes' if c.reproduced else 'no'} |")
+  lines.append("")
+  for plot in result.plots:
+    lines.append(f"![{name}]({name}/{plot})")
+  for note in result.notes:
+    lines += ["", note]
+  lines += ["", "| figure | value |", "|---|---|"]
+  for k, v in result.figures.items():
+    lines.append(f"| {_cell(k)} | {v:.4g} |")
+  return lines
+
+
 def render_report(entries: Mapping[str, tuple[Experiment, Result, str]],
                   preset: str) -> str:
   """Markdown for REPORT.md. ``entries``: name -> (experiment, result, status),
-  status "" for a fresh result or a note such as "stale: this run failed"."""
+  status "" for a fresh result or a note such as "stale: this run failed".
+
+  The report opens with a one-screen summary (claims reproduced out of checked per
+  experiment, linked to its section and plots); each section then holds the
+  experiment's claims with its plots under them.
+  """
+  done = sum(claims_count(r)[0] for _, r, _ in entries.values())
+  checked = sum(claims_count(r)[1] for _, r, _ in entries.values())
   lines = [
       "# Reproduction report",
       "",
       f"Preset `{preset}`, written {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}"
       " by `python -m experiments.reproduce`.",
+      f"{done} of {checked} claims reproduced across {len(entries)} experiments.",
       "",
-      "| method | paper's claim | paper's figure | our figure | reproduced |",
-      "|---|---|---|---|---|",
+      *summary_rows(entries),
   ]
   for name, (exp, result, status) in entries.items():
-    label = f"{exp.title} (`{name}`)" + (f" *{status}*" if status else "")
-    for c in result.claims:
-      lines.append(f"| {_cell(label)} | {_cell(c.claim)} | {_cell(c.paper_figure)} | "
-                   f"{_cell(c.our_figure)} | {'yes' if c.reproduced else 'no'} |")
-  for name, (exp, result, _) in entries.items():
-    lines += ["", f"## {exp.title} (`{name}`)", ""]
-    if not math.isnan(result.seconds):
-      lines.append(f"Run time: {result.seconds:.0f} s.")
-      lines.append("")
-    for plot in result.plots:
-      lines.append(f"![{name}]({name}/{plot})")
-    for note in result.notes:
-      lines += ["", note]
-    lines.append("")
-    lines.append("| figure | value |")
-    lines.append("|---|---|")
-    for k, v in result.figures.items():
-      lines.append(f"| {_cell(k)} | {v:.4g} |")
+    lines += _section(name, exp, result, status)
   return "\n".join(lines) + "\n"
 
 

@@ -19,7 +19,6 @@ import os
 
 from absl import app
 from absl import flags
-from absl import logging
 from ml_collections import config_flags
 import ml_collections
 
@@ -27,6 +26,7 @@ from common import config as config_lib
 from common import report
 from common import trials
 from experiments import registry
+from experiments import runtime
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Directory for outputs, checkpoints and results.")
@@ -117,9 +117,8 @@ def run_experiment(config, workdir: str) -> report.Result:
 
 def main(argv):
   del argv
+  runtime.setup()
   result = run_experiment(FLAGS.config, FLAGS.workdir)
-  for c in result.claims:
-    logging.info("[%s] %s -> %s", "yes" if c.reproduced else "no", c.claim, c.our_figure)
   print(report.render_report({FLAGS.config.method: (report.get(FLAGS.config.method), result, "")},
                              FLAGS.config.preset))
 

@@ -7,7 +7,8 @@ import pkgutil
 
 import experiments
 
-NOT_EXPERIMENTS = {"main", "reproduce", "registry", "configs", "benchmarks", "plots", "serve_lm"}
+NOT_EXPERIMENTS = {"main", "reproduce", "registry", "runtime", "configs", "benchmarks", "plots",
+                   "serve_lm"}
 
 
 def experiment_modules() -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 
 from absl import app
@@ -22,6 +23,7 @@ from common import config as config_lib
 from common import report
 from common import trials
 from experiments import registry
+from experiments import runtime
 
 flags.DEFINE_list("only", None, "Comma-separated experiment names (default: all).")
 flags.DEFINE_string("preset", "quick", "Config preset for every experiment.")
@@ -51,13 +53,18 @@ def reproduce(names: list[str] | None, preset: str, workdir: str) -> tuple[str, 
   for name in names:
     exp_dir = os.path.join(workdir, name)
     print(f"[reproduce] {name} ({preset}) -> {exp_dir}", flush=True)
+    start = time.time()
     try:
       result = experiments[name].run(configs[name], exp_dir)  # The runner saves result.json.
       entries[name] = (experiments[name], result, "")
+      done, checked = report.claims_count(result)
+      print(f"[reproduce] {name}: {(time.time() - start) / 60:.1f} min, {done}/{checked} "
+            "claims reproduced", flush=True)
     except Exception as e:  # pylint: disable=broad-except
       traceback.print_exc()
       failed.append(name)
-      print(f"[reproduce] {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
+      print(f"[reproduce] {name}: failed after {(time.time() - start) / 60:.1f} min: "
+            f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
       previous = report.load_result(exp_dir)
       if previous is not None:
         entries[name] = (experiments[name], previous, "stale: this run failed")
@@ -74,11 +81,13 @@ def reproduce(names: list[str] | None, preset: str, workdir: str) -> tuple[str, 
 
 def main(argv):
   del argv
+  runtime.setup()
   try:
     text, failed = reproduce(FLAGS.only, FLAGS.preset, FLAGS.workdir)
   except ValueError as e:  # ConfigError included: names, presets, configs, workdir.
     config_lib.die(e)
-  print(text)
+  print(text.split("\n<a id=")[0].rstrip())  # The summary; the sections are in the file.
+  print(f"\nFull report: {os.path.join(FLAGS.workdir, 'REPORT.md')}")
   if failed:
     sys.exit(1)
 

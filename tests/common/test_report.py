@@ -19,12 +19,21 @@ def _result(value):
       figures={"ratio": value}, plots=["p.png"], seconds=1.0)
 
 
-def test_render_report_has_one_row_per_claim():
+def test_render_report_opens_with_a_linked_summary_and_has_one_row_per_claim():
   exp = report.Experiment("demo", "Demo method", run=lambda c, w: None)
-  text = report.render_report({"demo": (exp, _result(3.0), "")}, "quick")
-  assert "| method | paper's claim | paper's figure | our figure | reproduced |" in text
-  assert "| Demo method (`demo`) | x beats y | 2x | 3.0x | yes |" in text
-  assert "![demo](demo/p.png)" in text
+  other = report.Experiment("other", "Other method", run=lambda c, w: None)
+  text = report.render_report({"demo": (exp, _result(3.0), ""),
+                               "other": (other, _result(0.5), "stale: this run failed")},
+                              "quick")
+  summary = text.split("\n## ")[0]
+  assert "1 of 2 claims reproduced across 2 experiments." in summary
+  assert "| [Demo method](#demo) (`demo`) | 1/1 | 0.0 min | [p](demo/p.png) |" in summary
+  assert "| [Other method](#other) (`other`) *stale: this run failed* | 0/1 |" in summary
+  demo = text.split('<a id="demo"></a>')[1].split('<a id="other"></a>')[0]
+  assert "| paper's claim | paper's figure | our figure | reproduced |" in demo
+  assert "| x beats y | 2x | 3.0x | yes |" in demo
+  assert demo.index("| x beats y |") < demo.index("![demo](demo/p.png)")  # plots under rows
+  assert "| x beats y | 2x | 0.5x | no |" in text.split('<a id="other"></a>')[1]
 
 
 def test_notes_are_shown_under_the_plots_and_survive_json(tmp_path):
@@ -46,7 +55,7 @@ def test_result_json_round_trip(tmp_path):
   assert json.loads((tmp_path / "result.json").read_text())["figures"] == {"ratio": 2.0}
 
 
-def test_failed_run_keeps_last_good_result(tmp_path, monkeypatch):
+def test_failed_run_keeps_last_good_result(tmp_path, monkeypatch, capsys):
   calls = {"fail": False}
 
   monkeypatch.setattr(report, "_REGISTRY", {})
@@ -72,9 +81,11 @@ def test_failed_run_keeps_last_good_result(tmp_path, monkeypatch):
   monkeypatch.setattr(registry, "config_module", lambda name: FakeConfigModule)
   text, failed = reproduce.reproduce(None, "quick", str(tmp_path))
   assert failed == [] and "| 4.0x | yes |" in text
+  assert "[reproduce] demo: 0.0 min, 1/1 claims reproduced\n" in capsys.readouterr().out
   calls["fail"] = True
   text, failed = reproduce.reproduce(None, "quick", str(tmp_path))
   assert failed == ["demo"]
+  assert "[reproduce] demo: failed after 0.0 min: RuntimeError: boom" in capsys.readouterr().err
   assert "stale: this run failed" in text and "| 4.0x | yes |" in text
   assert report.load_result(str(tmp_path / "demo")).claims == _result(4.0).claims
 
