@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import optax
 
 from common import checks
 from common.rl.ppo import Curiosity
@@ -126,11 +127,6 @@ def normalised_error(pred, target):
   return jnp.sum((p - t) ** 2, axis=-1)
 
 
-def ema(target, online, tau: float):
-  """tau * target + (1 - tau) * online, leaf by leaf."""
-  return jax.tree.map(lambda t, o: tau * t + (1.0 - tau) * o, target, online)
-
-
 def _encode(policy_params, obs):
   return GridEncoder().apply({"params": policy_params["encoder"]}, obs)
 
@@ -174,7 +170,8 @@ def _target_extra(policy_params, key):
 def _after_update(config: CuriosityConfig, reinit: Any = None):
   """EMA target update, then (every K updates) re-initialisation of the projector."""
   def after(params, extra, update):
-    extra = {**extra, "target": ema(extra["target"], params["policy"]["encoder"], config.tau)}
+    extra = {**extra, "target": optax.incremental_update(  # tau target + (1 - tau) online
+        params["policy"]["encoder"], extra["target"], step_size=1.0 - config.tau)}
     if reinit is None or not config.reinit_every:
       return params, extra
     key, sub = jax.random.split(extra["key"])

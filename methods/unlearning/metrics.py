@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from sklearn import metrics as sk_metrics
 
 from methods.unlearning import continual
 from methods.unlearning.objective import Objective, Task, data_loss, per_example_loss
@@ -68,7 +69,7 @@ def expected_unlearning_loss(theta_hat, theta_retrain, sigma: float) -> float:
 
 
 def auc(member_scores, nonmember_scores) -> float:
-  """AUC = P(member score > non-member score) + P(tie) / 2 (Mann-Whitney, O((m + n) log)).
+  """AUC = P(member score > non-member score) + P(tie) / 2 (scikit-learn's roc_auc_score).
 
   Args:
     member_scores: (m,) scores of members.
@@ -89,15 +90,8 @@ def auc(member_scores, nonmember_scores) -> float:
     if not np.all(np.isfinite(v)):
       raise ValueError(f"auc: {name} has a non-finite score at index "
                        f"{int(np.argmin(np.isfinite(v)))}; expected finite scores")
-  allv = np.concatenate([a, b])
-  order = np.argsort(allv, kind="mergesort")
-  ranks = np.empty(len(allv))
-  sorted_v = allv[order]
-  # Average ranks over ties.
-  _, start, counts = np.unique(sorted_v, return_index=True, return_counts=True)
-  avg = start + (counts - 1) / 2.0 + 1.0
-  ranks[order] = np.repeat(avg, counts)
-  return float((ranks[: len(a)].sum() - len(a) * (len(a) + 1) / 2.0) / (len(a) * len(b)))
+  labels = np.concatenate([np.ones(a.size), np.zeros(b.size)])
+  return float(sk_metrics.roc_auc_score(labels, np.concatenate([a, b])))
 
 
 _per_example_loss = jax.jit(per_example_loss, static_argnums=0)

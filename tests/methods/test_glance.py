@@ -33,8 +33,10 @@ def test_description_of_a_constructed_view():
 
 def test_ema_target_update():
   target, online = {"w": jnp.array([1.0, 2.0])}, {"w": jnp.array([3.0, 0.0])}
-  np.testing.assert_allclose(curiosity.ema(target, online, 0.75)["w"], [1.5, 1.5])
-  np.testing.assert_allclose(curiosity.ema(target, online, 0.0)["w"], [3.0, 0.0])
+  for tau, want in ((0.75, [1.5, 1.5]), (0.0, [3.0, 0.0])):
+    after = curiosity._after_update(curiosity.CuriosityConfig(tau=tau, reinit_every=0))
+    _, extra = after({"policy": {"encoder": online}}, {"target": target}, 1)
+    np.testing.assert_allclose(extra["target"]["w"], want)
 
 
 def test_intrinsic_reward_is_zero_when_prediction_equals_target():
