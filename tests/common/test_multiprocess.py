@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 
 import jax
 import jax.numpy as jnp
@@ -109,18 +110,19 @@ def _launch(tmp_path, name, num_processes, devices, coordinator=""):
   return procs
 
 
-def _wait(procs, deadline):
-  """Waits for every process; kills all of them at the deadline. Fails with their stderr."""
-  failed = []
-  for proc, _, log in procs:
-    try:
-      proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-    except subprocess.TimeoutExpired:
-      for other, _, _ in procs:
-        other.kill()
-      proc.wait()
-    if proc.returncode != 0:
-      failed.append(f"{log.name} (exit {proc.returncode}):\n{log.read_text()[-3000:]}")
+def _wait(procs, timeout_s):
+  """Waits for every process. At the first failure, or after `timeout_s`, kills the
+  others (a peer of a dead process would wait at a barrier) and fails with the logs."""
+  deadline = time.monotonic() + timeout_s
+  while (any(proc.poll() is None for proc, _, _ in procs) and time.monotonic() < deadline
+         and not any(proc.poll() for proc, _, _ in procs)):
+    time.sleep(0.1)
+  for proc, _, _ in procs:
+    if proc.poll() is None:
+      proc.kill()
+    proc.wait()
+  failed = [f"{log.name} (exit {proc.returncode}{', killed' if proc.returncode < 0 else ''}):"
+            f"\n{log.read_text()[-3000:]}" for proc, _, log in procs if proc.returncode]
   assert not failed, "\n".join(failed)
 
 
@@ -138,7 +140,7 @@ def test_two_processes_train_and_resume_like_one(tmp_path):
   coordinator = f"127.0.0.1:{_free_port()}"
   multi = _launch(tmp_path, "multi", 2, DEVICES_PER_PROCESS, coordinator)
   single = _launch(tmp_path, "single", 1, 2 * DEVICES_PER_PROCESS)
-  _wait(multi + single, time.monotonic() + TIMEOUT_S)
+  _wait(multi + single, TIMEOUT_S)
   want, *got = [np.load(out) for _, out, _ in single + multi]
 
   assert int(want["process_count"]) == 1 and int(want["device_count"]) == 4
@@ -177,4 +179,11 @@ def test_main_rejects_bad_launcher_flags_with_one_line(tmp_path):
 
 
 if __name__ == "__main__":
-  _worker(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+  try:
+    _worker(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+  except BaseException:  # pylint: disable=broad-except
+    # Exit now: a normal exit would wait (minutes) in jax.distributed's shutdown
+    # barrier for the peers, which are themselves waiting for this process.
+    traceback.print_exc()
+    sys.stderr.flush()
+    os._exit(1)
