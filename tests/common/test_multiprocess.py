@@ -21,50 +21,39 @@ import time
 import traceback
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from common import sharding
-from common.data.regression import regression_batch
-from common.models import MLP
 from common.train import default_train_config, train
 
-NUM_STEPS, SAVE_AT, BATCH, DIM = 6, 3, 16, 4
+NUM_STEPS, SAVE_AT = 6, 3
 DEVICES_PER_PROCESS = 2
 TIMEOUT_S = 120  # A hung peer (a barrier never reached) fails the test, with its stderr.
-MODEL = MLP((16, 1))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def loss_fn(params, batch, key):
-  del key
-  err = MODEL.apply(params, batch["x"]) - batch["y"]
-  return jnp.mean(err ** 2), {"mae": jnp.mean(jnp.abs(err))}
-
-
-def init_fn(key):
-  return MODEL.init(key, jnp.zeros((1, DIM)))
-
-
-def batch_fn(seed, step):
-  return regression_batch(seed, step, BATCH, DIM)
 
 
 def train_in_two_calls(workdir, distributed):
   """Trains to SAVE_AT (its last checkpoint), then resumes from it to NUM_STEPS.
 
+  The task is the small MLP regression of the loop's own tests. Its module is
+  imported only now: it makes arrays at import, and nothing may touch a device
+  before `jax.distributed` starts (this directory is on sys.path both under pytest
+  and when this file runs as a script).
+
   Returns:
     (the logged history of both calls, the final TrainResult).
   """
+  import test_train  # pylint: disable=g-import-not-at-top
+
   def call(num_steps):
-    config = default_train_config(num_steps=num_steps, batch_size=BATCH,
+    config = default_train_config(num_steps=num_steps, batch_size=test_train.BATCH,
                                   checkpoint_every=SAVE_AT, keep_checkpoints=3,
                                   log_every=1, progress_bar=False,
                                   distributed=distributed)  # Already started: a no-op.
-    return train(init_fn=init_fn, loss_fn=loss_fn, batch_fn=batch_fn,
-                 optimizer=optax.adam(3e-2), config=config, workdir=workdir)
+    return train(init_fn=test_train.init_fn, loss_fn=test_train.loss_fn,
+                 batch_fn=test_train.batch_fn, optimizer=test_train.OPTIMIZER,
+                 config=config, workdir=workdir)
 
   first = call(SAVE_AT)
   second = call(NUM_STEPS)
@@ -114,8 +103,10 @@ def _wait(procs, timeout_s):
   """Waits for every process. At the first failure, or after `timeout_s`, kills the
   others (a peer of a dead process would wait at a barrier) and fails with the logs."""
   deadline = time.monotonic() + timeout_s
-  while (any(proc.poll() is None for proc, _, _ in procs) and time.monotonic() < deadline
-         and not any(proc.poll() for proc, _, _ in procs)):
+  while time.monotonic() < deadline:
+    codes = [proc.poll() for proc, _, _ in procs]  # None while running.
+    if None not in codes or any(codes):
+      break
     time.sleep(0.1)
   for proc, _, _ in procs:
     if proc.poll() is None:
