@@ -233,7 +233,8 @@ def maybe_initialize_distributed(flag: bool = True, *,
     TypeError: if `flag` is not a bool or `coordinator_address` not a string.
     ValueError: if `flag` is false but a launcher argument is given, an argument
       is out of range (a process id >= num_processes, an address without port),
-      or the runtime is already initialised with another process count or id.
+      missing with no cluster to auto-detect it from, or the runtime is already
+      initialised with another process count or id.
     RuntimeError: from jax, if a device was touched before this call.
   """
   if not isinstance(flag, (bool, np.bool_)):
@@ -263,9 +264,14 @@ def maybe_initialize_distributed(flag: bool = True, *,
   as_int = lambda value: None if value is None else int(value)  # jax wants Python ints.
   if local_device_ids is not None:
     local_device_ids = [int(i) for i in np.atleast_1d(local_device_ids)]
-  jax.distributed.initialize(coordinator_address=coordinator_address,
-                             num_processes=as_int(num_processes),
-                             process_id=as_int(process_id),
-                             local_device_ids=local_device_ids,
-                             initialization_timeout=int(initialization_timeout))
+  try:
+    jax.distributed.initialize(coordinator_address=coordinator_address,
+                               num_processes=as_int(num_processes),
+                               process_id=as_int(process_id),
+                               local_device_ids=local_device_ids,
+                               initialization_timeout=int(initialization_timeout))
+  except ValueError as e:  # An argument neither given nor auto-detected.
+    raise ValueError(f"jax.distributed cannot start: {e} No cluster (Cloud TPU, SLURM, "
+                     "Open MPI) was detected to fill it in; pass coordinator_address, "
+                     "num_processes and process_id") from e
   return True

@@ -165,7 +165,10 @@ def main(argv):
   del argv
   args = launcher_args()
   if FLAGS.distributed or any(value is not None for value in args.values()):
-    sharding.maybe_initialize_distributed(True, **args)
+    try:
+      sharding.maybe_initialize_distributed(True, **args)
+    except ValueError as e:  # A launcher value missing and not auto-detected.
+      config_lib.die(e)
   result = run_experiment(FLAGS.config, FLAGS.workdir)
   for c in result.claims:
     logging.info("[%s] %s -> %s", "yes" if c.reproduced else "no", c.claim, c.our_figure)

@@ -158,14 +158,23 @@ def test_two_processes_train_and_resume_like_one(tmp_path):
   assert [c for c in checkpoints if c.isdigit()] == [str(SAVE_AT), str(NUM_STEPS)]
 
 
-def test_main_rejects_bad_launcher_flags_with_one_line(tmp_path):
+@pytest.mark.parametrize("flags, message", [
+    (["--num_processes=2", "--process_id=2"],
+     "process_id 2 is out of range for num_processes=2"),
+    (["--distributed"], "jax.distributed cannot start: coordinator_address should be "
+                        "defined. No cluster (Cloud TPU, SLURM, Open MPI) was detected"),
+])
+def test_main_rejects_bad_launcher_flags_with_one_line(flags, message, tmp_path):
+  # No cluster variables, so that nothing is auto-detected (a CI job may run in one).
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith(("SLURM_", "OMPI_", "PMI_", "JAX_COORDINATOR"))}
   proc = subprocess.run(
       [sys.executable, "-m", "experiments.main", "--config=experiments/configs/kernel_ridge.py:tiny",
-       f"--workdir={tmp_path / 'run'}", "--num_processes=2", "--process_id=2"],
-      cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+       f"--workdir={tmp_path / 'run'}", *flags],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
   lines = proc.stderr.strip().splitlines()
   assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-  assert "process_id 2 is out of range for num_processes=2" in lines[0]
+  assert message in lines[0]
   assert not os.path.exists(tmp_path / "run")
 
 
