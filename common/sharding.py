@@ -5,6 +5,10 @@ default the mesh puts all visible devices (of all processes) on one `data` axis;
 batches are split along their leading axis over `data` and parameters are
 replicated. The same code runs on 1 CPU, on N fake CPU devices
 (`XLA_FLAGS=--xla_force_host_platform_device_count=8`), on GPUs and on TPU pods.
+Multi-process runs (hosts of a pod, or processes on one machine) first call
+`maybe_initialize_distributed` with the launcher's coordinator address, process
+count and id (auto-detected on Cloud TPU, SLURM and Open MPI); every process then
+sees all devices, builds the same mesh and feeds the same global batch.
 
 Example:
     >>> mesh = make_mesh()
@@ -141,26 +145,133 @@ def shard_batch(batch: Any, mesh: Mesh, batch_axis: int = 0) -> Any:
   return jax.tree_util.tree_unflatten(treedef, placed)
 
 
-def maybe_initialize_distributed(flag: bool) -> bool:
-  """Starts JAX's multi-process runtime when `flag` is true.
+def check_launcher_args(coordinator_address: str | None = None,
+                        num_processes: int | None = None, process_id: int | None = None,
+                        local_device_ids: int | Sequence[int] | None = None) -> None:
+  """Checks the arguments a launcher passes to `maybe_initialize_distributed`.
 
-  Call it before anything touches a device. Coordinator address, process count
-  and id are auto-detected on Cloud TPU, SLURM and similar clusters, or read
-  from the environment as documented for `jax.distributed.initialize`.
+  `jax.distributed.initialize` would reject some of them only after waiting for
+  its peers, or with a multi-line message; entrypoints call this while parsing
+  their flags, before any work. None means "auto-detect" and is always valid.
 
   Args:
-    flag: whether this is a multi-host run (e.g. `config.distributed`).
+    coordinator_address: 'host:port' (IPv6 as '[addr]:port'), port in 1..65535.
+    num_processes: an int >= 1.
+    process_id: an int in 0..num_processes-1 (>= 0 if num_processes is None).
+    local_device_ids: an int >= 0 or a sequence of them.
+
+  Raises:
+    TypeError: if `coordinator_address` is not a string.
+    ValueError: naming the first bad argument and what was expected.
+  """
+  def is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+  if coordinator_address is not None:
+    if not isinstance(coordinator_address, str):
+      raise TypeError(f"coordinator_address must be a 'host:port' string, got "
+                      f"{coordinator_address!r}")
+    host, _, port = coordinator_address.rpartition(":")
+    bare_ipv6 = ":" in host and not (host.startswith("[") and host.endswith("]"))
+    if not host or bare_ipv6 or not port.isdigit() or not 0 < int(port) < 65536:
+      raise ValueError(f"coordinator_address {coordinator_address!r} must be 'host:port' "
+                       "with a port in 1..65535 (IPv6 as '[addr]:port'), e.g. "
+                       "'10.0.0.1:1234'")
+  if num_processes is not None and not (is_int(num_processes) and num_processes >= 1):
+    raise ValueError(f"num_processes must be an int >= 1, got {num_processes!r}")
+  if process_id is not None:
+    if not (is_int(process_id) and process_id >= 0):
+      raise ValueError(f"process_id must be an int >= 0, got {process_id!r}")
+    if num_processes is not None and process_id >= num_processes:
+      raise ValueError(f"process_id {process_id} is out of range for num_processes="
+                       f"{num_processes}; expected 0..{num_processes - 1}")
+  if local_device_ids is not None:
+    ids = [local_device_ids] if is_int(local_device_ids) else local_device_ids
+    if (isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__") or
+        not all(is_int(i) and i >= 0 for i in ids)):
+      raise ValueError(f"local_device_ids must be an int >= 0 or a sequence of them, got "
+                       f"{local_device_ids!r}")
+
+
+def maybe_initialize_distributed(flag: bool = True, *,
+                                 coordinator_address: str | None = None,
+                                 num_processes: int | None = None,
+                                 process_id: int | None = None,
+                                 local_device_ids: int | Sequence[int] | None = None,
+                                 initialization_timeout: int = 300) -> bool:
+  """Starts JAX's multi-process runtime when `flag` is true.
+
+  Call it in every process before anything touches a device (`jax.devices()`,
+  an array, a jitted call). A launcher passes the coordinator address (process
+  0's host and a free port), the number of processes and this process's id.
+  Arguments left as None are auto-detected by `jax.distributed.initialize` on
+  Cloud TPU, SLURM and Open MPI (and the address read from
+  `JAX_COORDINATOR_ADDRESS`), so on those clusters `maybe_initialize_distributed()`
+  is enough. Afterwards `jax.devices()` lists the devices of all processes, and
+  `make_mesh` spans them.
+
+  On CPU, cross-process collectives (the gradient all-reduce) need an
+  implementation: if `jax_cpu_collectives_implementation` is unset, it is set to
+  "gloo" (over TCP; already the default of the jax versions we support), and an
+  explicit choice such as "mpi" is kept. That is how several processes on one
+  machine run the data-parallel loop (tests/common/test_multiprocess.py).
+
+  Args:
+    flag: whether this is a multi-process run (e.g. `config.distributed`, or
+      true whenever a launcher argument is given).
+    coordinator_address: 'host:port' of process 0's coordinator service.
+    num_processes: the number of processes (>= 1).
+    process_id: this process's id, in 0..num_processes-1.
+    local_device_ids: the local devices this process uses (GPU launchers that
+      start one process per device); None: all of them.
+    initialization_timeout: seconds to wait for all processes to connect.
 
   Returns:
     True if the runtime is initialised (now or before), False if `flag` is false.
 
   Raises:
-    TypeError: if `flag` is not a bool.
+    TypeError: if `flag` is not a bool or `coordinator_address` not a string.
+    ValueError: if `flag` is false but a launcher argument is given, an argument
+      is out of range (a process id >= num_processes, an address without port),
+      missing with no cluster to auto-detect it from, or the runtime is already
+      initialised with another process count or id.
+    RuntimeError: from jax, if a device was touched before this call.
   """
   if not isinstance(flag, (bool, np.bool_)):
     raise TypeError(f"distributed flag must be a bool, got {flag!r}")
+  given = {name: value for name, value in (
+      ("coordinator_address", coordinator_address), ("num_processes", num_processes),
+      ("process_id", process_id), ("local_device_ids", local_device_ids)) if value is not None}
   if not flag:
+    if given:
+      raise ValueError(f"launcher arguments {sorted(given)} were given, but the distributed "
+                       "flag is false; pass True to start the multi-process runtime")
     return False
-  if not jax.distributed.is_initialized():
-    jax.distributed.initialize()
+  check_launcher_args(coordinator_address, num_processes, process_id, local_device_ids)
+  if isinstance(initialization_timeout, bool) or not (
+      isinstance(initialization_timeout, numbers.Integral) and initialization_timeout >= 1):
+    raise ValueError(f"initialization_timeout must be an int >= 1 (seconds), got "
+                     f"{initialization_timeout!r}")
+  if jax.distributed.is_initialized():
+    for name, value, actual in (("num_processes", num_processes, jax.process_count()),
+                                ("process_id", process_id, jax.process_index())):
+      if value is not None and value != actual:
+        raise ValueError(f"the distributed runtime is already initialised with "
+                         f"{name}={actual}, not {value}")
+    return True
+  if num_processes != 1 and jax.config.jax_cpu_collectives_implementation is None:
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  as_int = lambda value: None if value is None else int(value)  # jax wants Python ints.
+  if local_device_ids is not None:
+    local_device_ids = [int(i) for i in np.atleast_1d(local_device_ids)]
+  try:
+    jax.distributed.initialize(coordinator_address=coordinator_address,
+                               num_processes=as_int(num_processes),
+                               process_id=as_int(process_id),
+                               local_device_ids=local_device_ids,
+                               initialization_timeout=int(initialization_timeout))
+  except ValueError as e:  # An argument neither given nor auto-detected.
+    raise ValueError(f"jax.distributed cannot start: {e} No cluster (Cloud TPU, SLURM, "
+                     "Open MPI) was detected to fill it in; pass coordinator_address, "
+                     "num_processes and process_id") from e
   return True

@@ -10,6 +10,17 @@ an unknown override key (dotted keys reach into sub-configs), an invalid value, 
 failed ``preflight`` check of the config module (I/O: an unreachable server, an
 unreadable data file) or a workdir that is a file or not writable stops with a one-line
 error (exit status 2) before any work.
+
+Multi-process runs (several hosts, or several processes on one machine) start every
+process with the same command plus the launcher's flags, which go to
+``common.sharding.maybe_initialize_distributed`` before anything touches a device:
+
+  python -m experiments.main --config=... --workdir=DIR \
+      --coordinator_address=HOST0:1234 --num_processes=2 --process_id=0   # and =1
+
+On Cloud TPU, SLURM and Open MPI ``--distributed`` alone auto-detects all three.
+They are flags, not config keys: they differ between the processes of one run,
+while the config (and so its fingerprint) must not.
 """
 
 from __future__ import annotations
@@ -24,12 +35,24 @@ import ml_collections
 
 from common import config as config_lib
 from common import report
+from common import sharding
 from common import trials
 from experiments import registry
 from experiments import runtime
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Directory for outputs, checkpoints and results.")
+flags.DEFINE_bool("distributed", False,
+                  "Start jax.distributed (multi-process run); the launcher flags below may "
+                  "be left out on Cloud TPU, SLURM and Open MPI, which are auto-detected.")
+flags.DEFINE_string("coordinator_address", None,
+                    "host:port of process 0's coordinator (implies --distributed).")
+flags.DEFINE_integer("num_processes", None, "Number of processes (implies --distributed).")
+flags.DEFINE_integer("process_id", None,
+                     "This process's id, 0..num_processes-1 (implies --distributed).")
+flags.DEFINE_list("local_device_ids", None,
+                  "Comma-separated local device ids this process uses, e.g. one GPU per "
+                  "process (implies --distributed).")
 CONFIG_HELP = "Path to a config file, with :preset (e.g. experiments/configs/lm.py:quick)."
 
 
@@ -94,7 +117,30 @@ def parse_flags(argv: list[str]) -> list[str]:
     config_lib.die(f"unexpected positional arguments: {' '.join(rest[1:])}")
   if not FLAGS.workdir:
     config_lib.die("--workdir is required")
+  launcher_args()  # Bad launcher flags stop here, before any work.
   return rest
+
+
+def launcher_args() -> dict:
+  """The launcher flags as ``maybe_initialize_distributed`` arguments, checked.
+
+  A bad value (a process id out of range, an address without port, a device id
+  that is not an int) dies with one line (exit status 2).
+  """
+  ids = FLAGS.local_device_ids
+  try:
+    if ids is not None:
+      ids = [int(i) for i in ids]
+  except ValueError:
+    config_lib.die(f"--local_device_ids={','.join(ids)} must be comma-separated ints")
+  args = dict(coordinator_address=FLAGS.coordinator_address,
+              num_processes=FLAGS.num_processes, process_id=FLAGS.process_id,
+              local_device_ids=ids)
+  try:
+    sharding.check_launcher_args(**args)
+  except (TypeError, ValueError) as e:
+    config_lib.die(e)
+  return args
 
 
 def run_experiment(config, workdir: str) -> report.Result:
@@ -117,7 +163,13 @@ def run_experiment(config, workdir: str) -> report.Result:
 
 def main(argv):
   del argv
-  runtime.setup()
+  runtime.setup()  # before the distributed runtime: it touches no device
+  args = launcher_args()
+  if FLAGS.distributed or any(value is not None for value in args.values()):
+    try:
+      sharding.maybe_initialize_distributed(True, **args)
+    except ValueError as e:  # A launcher value missing and not auto-detected.
+      config_lib.die(e)
   result = run_experiment(FLAGS.config, FLAGS.workdir)
   print(report.render_report({FLAGS.config.method: (report.get(FLAGS.config.method), result, "")},
                              FLAGS.config.preset))

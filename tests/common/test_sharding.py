@@ -76,6 +76,38 @@ def test_distributed_flag_defaults_off_and_is_validated():
     sharding.maybe_initialize_distributed("yes")
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(coordinator_address="10.0.0.1"), r"'10.0.0.1' must be 'host:port'"),
+    (dict(coordinator_address="host:99999"), r"'host:99999' must be 'host:port' with a port"),
+    (dict(coordinator_address="::1:1234"), r"IPv6 as '\[addr\]:port'"),
+    (dict(num_processes=0), "num_processes must be an int >= 1, got 0"),
+    (dict(num_processes=2, process_id=2), r"process_id 2 is out of range for num_processes=2; "
+                                          r"expected 0\.\.1"),
+    (dict(process_id=-1), "process_id must be an int >= 0, got -1"),
+    (dict(process_id=True), "process_id must be an int >= 0, got True"),
+    (dict(local_device_ids="0,1"), "local_device_ids must be an int >= 0 or a sequence"),
+    (dict(initialization_timeout=0), "initialization_timeout must be an int >= 1"),
+])
+def test_launcher_arguments_are_checked_before_starting(kwargs, match):
+  # Checked before jax.distributed.initialize, which would wait for peers first.
+  with pytest.raises(ValueError, match=match) as info:
+    sharding.maybe_initialize_distributed(True, **kwargs)
+  assert "\n" not in str(info.value)
+  assert not jax.distributed.is_initialized()
+
+
+def test_launcher_arguments_need_the_flag_and_accept_valid_values():
+  with pytest.raises(ValueError, match=r"\['num_processes', 'process_id'\] were given, but "
+                     "the distributed flag is false"):
+    sharding.maybe_initialize_distributed(False, num_processes=2, process_id=0)
+  with pytest.raises(TypeError, match="coordinator_address must be a 'host:port' string"):
+    sharding.check_launcher_args(coordinator_address=1234)
+  for valid in (dict(coordinator_address="[::1]:1234", num_processes=2, process_id=1),
+                dict(coordinator_address="localhost:1", local_device_ids=(0, 1)),
+                dict(process_id=np.int64(3), local_device_ids=0), {}):
+    sharding.check_launcher_args(**valid)
+
+
 _EIGHT_DEVICES = textwrap.dedent("""
     import jax, numpy as np
     from common import sharding
