@@ -39,6 +39,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from absl import logging
+import jax
 import numpy as np
 
 
@@ -114,8 +115,18 @@ def _json_default(value: Any) -> Any:
   raise TypeError(f"cannot store {type(value).__name__} in a JSON stage")
 
 
+def is_writer() -> bool:
+  """Whether this process writes results: all but process 0 of a multi-process run
+  (`jax.distributed`) compute the same values and write nothing, so trial rows are
+  not appended once per process."""
+  return not jax.distributed.is_initialized() or jax.process_index() == 0
+
+
 def atomic_write_bytes(path: str, data: bytes) -> None:
-  """Writes `data` to `path` through a temporary file and a rename."""
+  """Writes `data` to `path` through a temporary file and a rename (on the writing
+  process only, see `is_writer`)."""
+  if not is_writer():
+    return
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   tmp = f"{path}.tmp-{os.getpid()}"
   with open(tmp, "wb") as f:
@@ -295,6 +306,9 @@ class TrialLog:
 
   def append(self, row: dict) -> dict:
     row = {"fingerprint": self.fingerprint, **row}
+    if not is_writer():
+      self.rows.append(row)
+      return row
     if self._file is None:
       os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
       self._file = open(self.path, "a+b")

@@ -156,3 +156,16 @@ def test_fingerprint_sweep_numpy_values_sets_and_bad_arguments():
   with pytest.raises(TypeError, match="fingerprint must be a str"):
     trials.cached_stage("/tmp/never", "s", {"a": 1}, lambda: calls.append(1))
   assert calls == []  # Before: computed first, then failed to write.
+
+
+def test_only_the_writing_process_writes_rows_and_stages(tmp_path, monkeypatch):
+  monkeypatch.setattr(trials, "is_writer", lambda: False)  # process 1 of a multi-process run
+  with trials.TrialLog(str(tmp_path / "t.jsonl"), "fp") as log:
+    log.append({"x": 1})
+    assert [r["x"] for r in log.rows] == [1]
+  assert trials.cached_stage(str(tmp_path), "s", "fp", lambda: {"a": 2}) == {"a": 2}
+  assert os.listdir(tmp_path) == []
+  monkeypatch.setattr(trials, "is_writer", lambda: True)
+  with trials.TrialLog(str(tmp_path / "t.jsonl"), "fp") as log:
+    log.append({"x": 1})
+  assert trials.read_trials(str(tmp_path / "t.jsonl"), "fp") == [{"fingerprint": "fp", "x": 1}]
