@@ -20,16 +20,21 @@ process with the same command plus the launcher's flags, which go to
 
 On Cloud TPU, SLURM and Open MPI ``--distributed`` alone auto-detects all three.
 They are flags, not config keys: they differ between the processes of one run,
-while the config (and so its fingerprint) must not.
+while the config (and so its fingerprint) must not. A process whose experiment raises
+prints the traceback and exits at once (status 1) rather than waiting in jax's
+shutdown barrier for its peers.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+import traceback
 
 from absl import app
 from absl import flags
+import jax
 from ml_collections import config_flags
 import ml_collections
 
@@ -170,7 +175,16 @@ def main(argv):
       sharding.maybe_initialize_distributed(True, **args)
     except ValueError as e:  # A launcher value missing and not auto-detected.
       config_lib.die(e)
-  result = run_experiment(FLAGS.config, FLAGS.workdir)
+  try:
+    result = run_experiment(FLAGS.config, FLAGS.workdir)
+  except Exception:  # pylint: disable=broad-except
+    if not jax.distributed.is_initialized():
+      raise
+    # A normal exit would wait in jax's shutdown barrier for the other processes
+    # (minutes); exit now so the launcher sees the failure and stops the rest.
+    traceback.print_exc()
+    sys.stderr.flush()
+    os._exit(1)  # pylint: disable=protected-access
   print(report.render_report({FLAGS.config.method: (report.get(FLAGS.config.method), result, "")},
                              FLAGS.config.preset))
 
