@@ -137,6 +137,28 @@ def param_shardings(abstract_params: Any, logical_axes: Any, mesh: Mesh,
       for leaf, a in zip(leaves, axes)])
 
 
+def axes_at_paths(logical_axes: Any, params: Any) -> Any:
+  """The names in `logical_axes` (a model's full tree) at the paths of `params`, a
+  subset of that model's parameters (e.g. only the linear kernels a zeroth-order run
+  tunes), for `train(..., param_axes=)`; P() where a path has no names.
+
+  Example:
+      >>> trainable = {"layer_0": {"mlp": {"up_proj": {"kernel": w}}}}
+      >>> axes_at_paths(transformer.logical_axes(model), trainable)
+      {'layer_0': {'mlp': {'up_proj': {'kernel': PartitionSpec('embed', 'mlp')}}}}
+  """
+  def lookup(path, _):
+    node = logical_axes
+    for entry in path:
+      key = getattr(entry, "key", getattr(entry, "idx", getattr(entry, "name", None)))
+      try:
+        node = node[key]
+      except (KeyError, IndexError, TypeError):
+        return PartitionSpec()
+    return node if isinstance(node, PartitionSpec) else PartitionSpec()
+  return jax.tree_util.tree_map_with_path(lookup, params)
+
+
 def opt_state_shardings(optimizer: optax.GradientTransformation, abstract_opt_state: Any,
                         shardings: Any, mesh: Mesh) -> Any:
   """Shardings of an optimizer state whose parameter-shaped parts (Adam's moments,

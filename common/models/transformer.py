@@ -29,6 +29,13 @@ same path as its parameters (`params[...]["q_proj"]["kernel"]` <->
 ("heads", (B, T, H, d_head)) and each layer its residual-stream output ("residual").
 Nothing is stored unless the caller asks: `model.apply(..., mutable=["taps"])`.
 
+Sharding: every parameter carries logical axis names (flax's logical partitioning, e.g.
+("embed", "mlp") for an MLP kernel); `model.init` returns them boxed, `init_params`
+returns plain arrays and `logical_axes(model)` the names, which
+`common.partitioning` maps onto fsdp / tensor mesh axes (docs/scaling.md). The cache
+a call returns is constrained to ("layers", "batch", "length", "kv_heads",
+"head_dim") when logical axis rules are active (a no-op otherwise).
+
 Example:
     >>> config = TransformerConfig(family="llama", vocab_size=256, d_model=64,
     ...                            num_layers=2, num_heads=4, num_kv_heads=2, d_ff=128)

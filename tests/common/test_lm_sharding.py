@@ -94,6 +94,15 @@ def test_train_config_mesh_is_validated_in_one_line():
   assert sharding.mesh_from_sizes({"fsdp": 1}).axis_names == ("data",)
 
 
+def test_axes_of_a_parameter_subset_are_read_at_its_paths():
+  axes = tfm.logical_axes(tfm.Transformer(CONFIG))
+  subset = {"layer_0": {"mlp": {"up_proj": {"kernel": jnp.zeros((32, 64))}}},
+            "extra": jnp.zeros(3)}
+  got = partitioning.axes_at_paths(axes, subset)
+  assert got == {"layer_0": {"mlp": {"up_proj": {"kernel": P("embed", "mlp")}}},
+                 "extra": P()}
+
+
 def test_opt_state_follows_the_param_shardings():
   mesh = sharding.make_mesh()
   params = {"w": jax.ShapeDtypeStruct((8, 4), jnp.float32)}
