@@ -334,8 +334,6 @@ def mesh_sizes(config: Any) -> dict[str, int]:
         size, numbers.Integral) or (size < 1 and size != -1):
       raise ValueError(f"config.mesh.{name}={size!r} is invalid: expected axes {MESH_AXES} "
                        "with sizes >= 1 or -1 (all the devices left)")
-  if list(sizes.values()).count(-1) > 1:
-    raise ValueError(f"config.mesh={sizes} holds more than one -1")
   legacy = config["mesh_shape"]
   if legacy is not None and tuple(legacy) != (-1,):
     if len(legacy) != 1:
@@ -344,12 +342,10 @@ def mesh_sizes(config: Any) -> dict[str, int]:
     if sizes.get(DATA_AXIS, -1) not in (-1, legacy[0]):
       raise ValueError(f"config.mesh_shape={tuple(legacy)} and config.mesh.data="
                        f"{sizes[DATA_AXIS]} disagree; set the data size in config.mesh only")
-    data = int(legacy[0])
-    if data == -1 or -1 not in [v for k, v in sizes.items() if k != DATA_AXIS]:
-      sizes[DATA_AXIS] = data
-    else:
-      raise ValueError(f"config.mesh_shape={tuple(legacy)} and config.mesh={sizes} hold "
-                       "more than one -1")
+    sizes[DATA_AXIS] = int(legacy[0])
+  if list(sizes.values()).count(-1) > 1:
+    raise ValueError(f"config.mesh={sizes} holds more than one -1; at most one axis takes "
+                     "the devices left")
   return {name: int(size) for name, size in sizes.items()}
 
 

@@ -82,6 +82,11 @@ def test_train_config_mesh_is_validated_in_one_line():
                      "disagree") as info:
     train_lib.validate_train_config(config)
   assert "\n" not in str(info.value)
+  config.mesh.data, config.mesh_shape, config.mesh.fsdp = -1, (2,), -1
+  assert train_lib.mesh_sizes(config) == {"data": 2, "fsdp": -1, "tensor": 1}
+  config.mesh.tensor = -1
+  with pytest.raises(ValueError, match=r"holds more than one -1"):
+    train_lib.validate_train_config(config)
   config.mesh_shape = (-1,)
   config.mesh.fsdp = 0
   with pytest.raises(ValueError, match=r"config.mesh.fsdp=0 is invalid"):
