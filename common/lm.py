@@ -242,7 +242,8 @@ def load_or_train(config, workdir: str) -> TrainedLM:
       loss_fn=lm_loss(model),
       batch_fn=lambda seed, step: text.window_batch(corpus.train, seed, step, batch_size,
                                                     seq_len),
-      optimizer=make_optimizer(config), config=config.train, workdir=workdir)
+      optimizer=make_optimizer(config), config=config.train, workdir=workdir,
+      param_axes=transformer.logical_axes(model))  # Sharded when train.mesh asks for it.
   if not _finished(marker):
     trials.write_stage(workdir, STAGE, fp,
                        {"finished": True, "num_steps": int(config.train.num_steps)})

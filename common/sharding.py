@@ -10,6 +10,11 @@ Multi-process runs (hosts of a pod, or processes on one machine) first call
 count and id (auto-detected on Cloud TPU, SLURM and Open MPI); every process then
 sees all devices, builds the same mesh and feeds the same global batch.
 
+Models too large to replicate use a mesh with `fsdp` and `tensor` axes as well
+(`mesh_from_sizes({"data": 2, "fsdp": 4})`): batches are then split over data x fsdp,
+and `common.partitioning` shards the parameters over fsdp and tensor from their
+logical axis names. See docs/scaling.md.
+
 Example:
     >>> mesh = make_mesh()
     >>> batch = shard_batch({"x": np.zeros((16, 3))}, mesh)
@@ -20,7 +25,7 @@ Example:
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -28,6 +33,10 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 DATA_AXIS = "data"
+FSDP_AXIS = "fsdp"
+TENSOR_AXIS = "tensor"
+MESH_AXES = (DATA_AXIS, FSDP_AXIS, TENSOR_AXIS)  # Outer to inner: tensor on the fastest links.
+BATCH_AXES = (DATA_AXIS, FSDP_AXIS)  # The mesh axes a batch is split over.
 
 
 def make_mesh(mesh_shape: Sequence[int] | None = None,
@@ -80,6 +89,48 @@ def make_mesh(mesh_shape: Sequence[int] | None = None,
   return jax.make_mesh(tuple(shape), names, axis_types=(AxisType.Auto,) * len(names))
 
 
+def mesh_from_sizes(sizes: Mapping[str, int] | None = None) -> Mesh:
+  """A mesh with axes `MESH_AXES` from their sizes, e.g. {"data": 2, "fsdp": 4}.
+
+  Missing axes have size 1, except `data`, which defaults to -1 ("all the devices
+  left"); one size may be -1. When fsdp and tensor both have size 1 the mesh is
+  `make_mesh((data,))`, the data-only mesh of every unsharded run.
+
+  Raises:
+    ValueError: an unknown axis name, a size that is not a positive int or -1, or
+      sizes that do not multiply to the number of visible devices.
+  """
+  sizes = dict(sizes or {})
+  unknown = sorted(set(sizes) - set(MESH_AXES))
+  if unknown:
+    raise ValueError(f"mesh axes {unknown} are unknown; expected sizes for some of "
+                     f"{MESH_AXES}")
+  for name, size in sizes.items():
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or (
+        size < 1 and size != -1):
+      raise ValueError(f"mesh size {name}={size!r}; expected a positive int or -1 "
+                       "(all the devices left)")
+  shape = [int(sizes.get(name, -1 if name == DATA_AXIS else 1)) for name in MESH_AXES]
+  if shape.count(-1) > 1:
+    raise ValueError(f"mesh sizes {dict(zip(MESH_AXES, shape))} hold more than one -1")
+  mesh = make_mesh(shape, MESH_AXES)
+  if mesh.shape[FSDP_AXIS] == mesh.shape[TENSOR_AXIS] == 1:
+    return make_mesh((mesh.shape[DATA_AXIS],))
+  return mesh
+
+
+def batch_axes(mesh: Mesh) -> str | tuple[str, ...]:
+  """The mesh axes a batch is split over: "data", or ("data", "fsdp") on a mesh
+  with an fsdp axis."""
+  names = tuple(name for name in BATCH_AXES if name in mesh.shape)
+  return names[0] if len(names) == 1 else names
+
+
+def batch_shards(mesh: Mesh) -> int:
+  """How many slices a batch is split into: the product of the `batch_axes` sizes."""
+  return int(np.prod([mesh.shape[name] for name in BATCH_AXES if name in mesh.shape]))
+
+
 def replicated_sharding(mesh: Mesh) -> NamedSharding:
   """Returns the sharding that keeps a full copy of an array on every device of `mesh`."""
   return NamedSharding(mesh, PartitionSpec())
@@ -87,8 +138,9 @@ def replicated_sharding(mesh: Mesh) -> NamedSharding:
 
 def batch_sharding(mesh: Mesh, batch_axis: int = 0) -> NamedSharding:
   """Returns the sharding that splits an array's axis `batch_axis` (default: the leading
-  one) over the mesh `data` axis and keeps the axes before it whole."""
-  return NamedSharding(mesh, PartitionSpec(*(None,) * batch_axis, DATA_AXIS))
+  one) over the mesh `data` axis (and `fsdp`, if the mesh has one) and keeps the axes
+  before it whole."""
+  return NamedSharding(mesh, PartitionSpec(*(None,) * batch_axis, batch_axes(mesh)))
 
 
 def shard_batch(batch: Any, mesh: Mesh, batch_axis: int = 0) -> Any:
@@ -102,7 +154,7 @@ def shard_batch(batch: Any, mesh: Mesh, batch_axis: int = 0) -> Any:
 
   Args:
     batch: a pytree of arrays (NumPy or JAX) that share a batch axis.
-    mesh: the mesh; the batch axis is split over its `data` axis.
+    mesh: the mesh; the batch axis is split over its `data` axis (and `fsdp`).
     batch_axis: which axis of every leaf is the batch axis (0: the leading one).
 
   Returns:
@@ -111,9 +163,9 @@ def shard_batch(batch: Any, mesh: Mesh, batch_axis: int = 0) -> Any:
   Raises:
     ValueError: if a leaf has no axis `batch_axis` (a scalar), leaves disagree on
       the batch size, or the batch size is not divisible by the size of the
-      `data` axis.
+      `data` axis (times the `fsdp` axis).
   """
-  num_shards = mesh.shape[DATA_AXIS]
+  num_shards = batch_shards(mesh)
   sharding = batch_sharding(mesh, batch_axis)
   leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(batch)
   if not leaves_with_paths:
@@ -138,8 +190,10 @@ def shard_batch(batch: Any, mesh: Mesh, batch_axis: int = 0) -> Any:
       raise ValueError(f"batch leaf {name} has {where} {size}, but other leaves have "
                        f"{batch_size}")
     if size % num_shards:
+      axes = batch_axes(mesh)
+      where = f"axis {axes!r}" if isinstance(axes, str) else f"axes {axes}"
       raise ValueError(f"batch size {size} (leaf {name}) is not divisible by "
-                       f"the {num_shards} devices on mesh axis {DATA_AXIS!r}")
+                       f"the {num_shards} devices on mesh {where}")
     placed.append(jax.make_array_from_callback(
         host.shape, sharding, lambda index, host=host: host[index]))
   return jax.tree_util.tree_unflatten(treedef, placed)

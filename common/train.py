@@ -39,7 +39,11 @@ structure, shapes and dtypes never change.
 Parameters are created by a jitted init whose outputs are pinned replicated on a
 `jax.sharding.Mesh` (shapes for restoring come from `eval_shape`), batches are
 split over the mesh `data` axis, so the same code runs on 1 CPU, N fake CPU
-devices, GPUs and TPU pods (multi-host with `config.distributed`). The init and step are jitted once at
+devices, GPUs and TPU pods (multi-host with `config.distributed`). Models too large
+to replicate set `config.mesh` fsdp / tensor sizes: parameters that carry logical
+axis names (flax's logical partitioning, as the transformer's do) are then created,
+updated and checkpointed sharded, their optimizer state alike (`common.partitioning`;
+docs/scaling.md). The init and step are jitted once at
 module level with the user's functions, optimizer and mesh as static arguments:
 calling `train` again with the same objects (resuming in a notebook) reuses the
 compiled code.
@@ -111,6 +115,7 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -120,9 +125,11 @@ import tqdm
 from absl import logging
 
 from common import checkpoint
+from common import partitioning
 from common import trials
 from common.metrics import MetricsWriter
-from common.sharding import (DATA_AXIS, make_mesh, maybe_initialize_distributed,
+from common.sharding import (DATA_AXIS, FSDP_AXIS, MESH_AXES, TENSOR_AXIS, batch_axes,
+                             batch_shards, maybe_initialize_distributed, mesh_from_sizes,
                              replicated_sharding, shard_batch)
 
 CHECKPOINT_SUBDIR = "checkpoints"
@@ -159,7 +166,8 @@ class TrainResult(NamedTuple):
   """What `train` returns.
 
   Attributes:
-    state: the final `TrainState` (replicated over the mesh).
+    state: the final `TrainState` (replicated over the mesh, or with its parameters
+      and optimizer state sharded on a model-parallel mesh).
     history: one dict per logged step of this call, `{"step": s, "loss": ...,
       "grad_norm": ..., **metrics}` with Python floats (gradient-free runs:
       `{"step": s, "loss": ..., "update_norm": ...}`).
@@ -211,8 +219,14 @@ def default_train_config(**overrides: Any) -> ml_collections.ConfigDict:
       error comes at the first of those at or after that update, before
       anything non-finite is saved. Off, the run goes on, and a checkpoint step
       whose update is non-finite is not saved.
-    mesh_shape: mesh axis sizes for `make_mesh` (-1 = all devices left), used
-      when `train` gets no mesh.
+    mesh: the sizes of the mesh axes data, fsdp and tensor (-1 = all devices left),
+      used when `train` gets no mesh (`sharding.mesh_from_sizes`). The default
+      {data: -1, fsdp: 1, tensor: 1} is pure data parallelism; with fsdp or tensor
+      > 1, parameters that carry logical axis names (see `train`'s `param_axes`)
+      and their optimizer state are sharded (`common.partitioning`), and batches
+      are split over data x fsdp. docs/scaling.md says how to choose it.
+    mesh_shape: the older way to give the data axis: (n,) is mesh.data = n; the
+      default (-1,) defers to `mesh`. Set one or the other.
     steps_per_call: updates per compiled call (>= 1): K > 1 scans K stacked
       batches in one call (less dispatch overhead for small models) with the
       results of K = 1; calls end at log and checkpoint steps. K > 1 needs
@@ -234,6 +248,7 @@ def default_train_config(**overrides: Any) -> ml_collections.ConfigDict:
   config.progress_bar = True
   config.distributed = False
   config.nan_guard = True
+  config.mesh = ml_collections.ConfigDict({DATA_AXIS: -1, FSDP_AXIS: 1, TENSOR_AXIS: 1})
   config.mesh_shape = (-1,)
   config.steps_per_call = 1
   config.lock()
@@ -245,6 +260,8 @@ _INT_KEYS = (("num_steps", 1), ("seed", 0), ("batch_size", 1), ("checkpoint_ever
              ("keep_checkpoints", 1), ("log_every", 1), ("steps_per_call", 1))
 _BOOL_KEYS = ("progress_bar", "distributed", "nan_guard")
 _ALL_KEYS = (*(key for key, _ in _INT_KEYS), *_BOOL_KEYS, "mesh_shape")
+# Keys that configs written before them may lack, with the value they then mean.
+_OPTIONAL_KEYS = {"mesh": {DATA_AXIS: -1, FSDP_AXIS: 1, TENSOR_AXIS: 1}}
 
 
 def stage_train_config(num_steps: int, batch_size: int, log_every: int = 500
@@ -295,6 +312,41 @@ def validate_train_config(config: Any) -> None:
               for s in mesh_shape)):
     raise ValueError(f"config.mesh_shape must be None or a sequence of ints, "
                      f"got {mesh_shape!r}")
+  mesh_sizes(config)
+
+
+def mesh_sizes(config: Any) -> dict[str, int]:
+  """The mesh axis sizes a train config asks for: `config.mesh`, with the data size
+  from a non-default `config.mesh_shape` (the older key).
+
+  Raises:
+    ValueError: `config.mesh` is not a mapping of known axes to ints >= 1 or -1, or it
+      and `config.mesh_shape` both set the data size.
+  """
+  sizes = config["mesh"] if "mesh" in config else _OPTIONAL_KEYS["mesh"]
+  if isinstance(sizes, ml_collections.ConfigDict):
+    sizes = sizes.to_dict()
+  if not isinstance(sizes, Mapping):
+    raise ValueError(f"config.mesh must map mesh axes {MESH_AXES} to sizes, got {sizes!r}")
+  sizes = dict(sizes)
+  for name, size in sizes.items():
+    if name not in MESH_AXES or isinstance(size, bool) or not isinstance(
+        size, numbers.Integral) or (size < 1 and size != -1):
+      raise ValueError(f"config.mesh.{name}={size!r} is invalid: expected axes {MESH_AXES} "
+                       "with sizes >= 1 or -1 (all the devices left)")
+  legacy = config["mesh_shape"]
+  if legacy is not None and tuple(legacy) != (-1,):
+    if len(legacy) != 1:
+      raise ValueError(f"config.mesh_shape={tuple(legacy)} must be (data size,); give "
+                       "other axes in config.mesh")
+    if sizes.get(DATA_AXIS, -1) not in (-1, legacy[0]):
+      raise ValueError(f"config.mesh_shape={tuple(legacy)} and config.mesh.data="
+                       f"{sizes[DATA_AXIS]} disagree; set the data size in config.mesh only")
+    sizes[DATA_AXIS] = int(legacy[0])
+  if list(sizes.values()).count(-1) > 1:
+    raise ValueError(f"config.mesh={sizes} holds more than one -1; at most one axis takes "
+                     "the devices left")
+  return {name: int(size) for name, size in sizes.items()}
 
 
 def _checked_loss(loss_fn: Callable, params: Any, batch: Any, key: jax.Array):
@@ -321,7 +373,7 @@ def _all_finite(tree: Any) -> jax.Array:
 
 
 def _make_state(key: jax.Array, init_fn: Callable, opt_init: Callable) -> TrainState:
-  params = init_fn(key)
+  params = nn.meta.unbox(init_fn(key))  # Plain arrays, also from a boxed flax init.
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_init(params))
 
 
@@ -329,15 +381,37 @@ def _with_carry(state: TrainState, carry: Any) -> TrainState | CarryTrainState:
   return state if carry is None else CarryTrainState(*state[:3], carry=carry)
 
 
-# The functions, optimizer and mesh are static arguments, so repeated `train`
-# calls with the same ones (resuming in a notebook, tests) reuse the compiled
-# step. Output shardings are pinned with sharding constraints: state replicated.
-@functools.partial(jax.jit, static_argnames=("init_fn", "opt_init", "mesh"))
+class _Shardings:
+  """A pytree of shardings as a jit static argument (hashed by its leaves and structure)."""
+
+  def __init__(self, tree: Any):
+    self.tree = tree
+    leaves, treedef = jax.tree.flatten(tree)
+    self._key = (treedef, tuple(leaves))
+
+  def __hash__(self):
+    return hash(self._key)
+
+  def __eq__(self, other):
+    return isinstance(other, _Shardings) and self._key == other._key
+
+
+def _pin_state(state: TrainState, mesh: jax.sharding.Mesh,
+               shardings: _Shardings | None) -> TrainState:
+  """`state` constrained to `shardings` (None: replicated over `mesh`)."""
+  return jax.lax.with_sharding_constraint(
+      state, replicated_sharding(mesh) if shardings is None else shardings.tree)
+
+
+# The functions, optimizer, mesh and shardings are static arguments, so repeated
+# `train` calls with the same ones (resuming in a notebook, tests) reuse the compiled
+# step. Output shardings are pinned with sharding constraints: state replicated, or
+# as `shardings` says (parameters sharded from their logical axis names).
+@functools.partial(jax.jit, static_argnames=("init_fn", "opt_init", "mesh", "shardings"))
 def _init_state(key: jax.Array, *, init_fn: Callable, opt_init: Callable,
-                mesh: jax.sharding.Mesh) -> TrainState:
-  """Creates the state directly with the replicated sharding (no host copy)."""
-  return jax.lax.with_sharding_constraint(_make_state(key, init_fn, opt_init),
-                                          replicated_sharding(mesh))
+                mesh: jax.sharding.Mesh, shardings: _Shardings | None = None) -> TrainState:
+  """Creates the state directly with its final sharding (no host copy)."""
+  return _pin_state(_make_state(key, init_fn, opt_init), mesh, shardings)
 
 
 def _gradient_free_update(opt_update: Callable, loss_fn: Callable, params: Any,
@@ -380,14 +454,17 @@ def _update(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callable,
 
 
 @functools.partial(jax.jit, donate_argnums=0,
-                   static_argnames=("loss_fn", "opt_update", "mesh", "gradient_free"))
+                   static_argnames=("loss_fn", "opt_update", "mesh", "gradient_free",
+                                    "shardings"))
 def _train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callable,
-                opt_update: Callable, mesh: jax.sharding.Mesh, gradient_free: bool = False):
+                opt_update: Callable, mesh: jax.sharding.Mesh, gradient_free: bool = False,
+                shardings: _Shardings | None = None):
   """One update; returns (new state, metrics incl. loss and grad_norm, all-finite flag)."""
   new_state, metrics, finite = _update(state, batch, key, loss_fn=loss_fn,
                                        opt_update=opt_update, gradient_free=gradient_free)
-  outputs = (new_state, metrics, jnp.all(finite))
-  return jax.lax.with_sharding_constraint(outputs, replicated_sharding(mesh))
+  outputs = (metrics, jnp.all(finite))
+  return (_pin_state(new_state, mesh, shardings),
+          *jax.lax.with_sharding_constraint(outputs, replicated_sharding(mesh)))
 
 
 class _Guard(NamedTuple):
@@ -421,10 +498,11 @@ def _record(guard: _Guard, step: jax.Array, metrics: Mapping[str, jax.Array],
 
 
 @functools.partial(jax.jit, donate_argnums=0,
-                   static_argnames=("loss_fn", "opt_update", "mesh", "gradient_free"))
+                   static_argnames=("loss_fn", "opt_update", "mesh", "gradient_free",
+                                    "shardings"))
 def _train_steps(state: TrainState, guard: _Guard, batches: Any, key: jax.Array, *,
                  loss_fn: Callable, opt_update: Callable, mesh: jax.sharding.Mesh,
-                 gradient_free: bool = False):
+                 gradient_free: bool = False, shardings: _Shardings | None = None):
   """The loop's compiled call: the K updates of the batches stacked on `batches`' leading
   axis, a `lax.scan` of `_update` (K = 1: the update itself). Compiled once per K.
 
@@ -447,8 +525,9 @@ def _train_steps(state: TrainState, guard: _Guard, batches: Any, key: jax.Array,
     (state, guard, finite), metrics = jax.lax.scan(body, (state, guard, jnp.bool_(True)),
                                                    batches)
     metrics = jax.tree.map(lambda m: m[-1], metrics)
-  outputs = (state, guard, metrics, finite)
-  return jax.lax.with_sharding_constraint(outputs, replicated_sharding(mesh))
+  outputs = (guard, metrics, finite)
+  return (_pin_state(state, mesh, shardings),
+          *jax.lax.with_sharding_constraint(outputs, replicated_sharding(mesh)))
 
 
 def _hashable(fn: Callable) -> Callable:
@@ -462,28 +541,33 @@ def _hashable(fn: Callable) -> Callable:
 
 def init_train_state(key: jax.Array, *, init_fn: Callable[[jax.Array], Any],
                      optimizer: optax.GradientTransformation,
-                     mesh: jax.sharding.Mesh) -> TrainState:
-  """Creates `TrainState(0, params, optimizer.init(params))` replicated over `mesh`.
+                     mesh: jax.sharding.Mesh, state_shardings: Any = None) -> TrainState:
+  """Creates `TrainState(0, params, optimizer.init(params))` on `mesh`.
 
-  Jit-compiled (once per init_fn, optimizer and mesh, which must be hashable,
-  as functions are), so the parameters are created on the devices with their
-  final sharding.
+  Jit-compiled (once per init_fn, optimizer, mesh and shardings, which must be
+  hashable, as functions are), so the parameters are created on the devices with
+  their final sharding.
 
   Args:
     key: the PRNG key passed to `init_fn`.
-    init_fn: `key -> params` pytree.
+    init_fn: `key -> params` pytree (flax's boxed `nn.LogicallyPartitioned` leaves
+      are unboxed).
     optimizer: an `optax.GradientTransformation`.
     mesh: the device mesh.
+    state_shardings: None (every leaf replicated), or a `TrainState` of shardings
+      (e.g. parameters sharded by `common.partitioning.param_shardings`).
 
   Returns:
-    The initial `TrainState`, every leaf with `replicated_sharding(mesh)`.
+    The initial `TrainState`, with `state_shardings` (default
+    `replicated_sharding(mesh)` on every leaf).
   """
-  return _init_state(key, init_fn=init_fn, opt_init=optimizer.init, mesh=mesh)
+  return _init_state(key, init_fn=init_fn, opt_init=optimizer.init, mesh=mesh,
+                     shardings=None if state_shardings is None else _Shardings(state_shardings))
 
 
 def train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callable,
                optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh,
-               gradient_free: bool = False
+               gradient_free: bool = False, state_shardings: Any = None
                ) -> tuple[TrainState, dict[str, jax.Array], jax.Array]:
   """The loop's jit-compiled update (for callers who write their own loop).
 
@@ -512,6 +596,8 @@ def train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callab
       zeroth-order estimator, and keeps a scalar `loss` in its state).
     mesh: the device mesh; outputs are replicated over it.
     gradient_free: skip `value_and_grad` (see above).
+    state_shardings: None (the new state replicated), or the `TrainState` of
+      shardings it keeps (as for `init_train_state`).
 
   Returns:
     (new state, metrics with "loss", "grad_norm" and loss_fn's metrics (gradient
@@ -519,7 +605,8 @@ def train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callab
     params and the optimizer state are finite).
   """
   return _train_step(state, batch, key, loss_fn=loss_fn, opt_update=optimizer.update,
-                     mesh=mesh, gradient_free=bool(gradient_free))
+                     mesh=mesh, gradient_free=bool(gradient_free),
+                     shardings=None if state_shardings is None else _Shardings(state_shardings))
 
 
 def _ordered_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -562,7 +649,7 @@ def _stack(batches: list[Any], call: str) -> Any:
 # Loop keys that never change what a run computes (logging, checkpointing, devices):
 # experiments leave them out of the fingerprints that key their runs.
 BOOKKEEPING_KEYS = ("log_every", "checkpoint_every", "keep_checkpoints", "progress_bar",
-                    "distributed", "nan_guard", "mesh_shape", "steps_per_call")
+                    "distributed", "nan_guard", "mesh_shape", "steps_per_call", "mesh")
 # Keys that do not change the trained values: they may differ on resume.
 _NOT_RESULT_KEYS = ("num_steps", *BOOKKEEPING_KEYS)
 _SMALL_ARRAY = 64  # Arrays an optimizer closes over up to this size count by value.
@@ -703,7 +790,8 @@ def train(*, init_fn: Callable[[jax.Array], Any],
           gradient_free: bool = False,
           overwrite: bool = False,
           on_policy: bool = False,
-          carry: Any = None) -> TrainResult:
+          carry: Any = None,
+          param_axes: Any = None) -> TrainResult:
   """Trains `init_fn`'s parameters on `loss_fn` with `optimizer`, resuming from `workdir`.
 
   Args:
@@ -722,8 +810,12 @@ def train(*, init_fn: Callable[[jax.Array], Any],
     config: the loop's settings, see `default_train_config()`.
     workdir: run directory: checkpoints in `workdir/checkpoints`, metrics in
       `workdir/metrics.jsonl` and `workdir/events.out.tfevents.*`.
-    mesh: the device mesh; default `make_mesh(config.mesh_shape)`. It must
-      have a "data" axis; batches are split over it and parameters replicated.
+    mesh: the device mesh; default `sharding.mesh_from_sizes(mesh_sizes(config))`
+      (`config.mesh`). It must have a "data" axis; batches are split over it (and
+      over "fsdp"). Parameters are replicated, unless the mesh has an fsdp or
+      tensor axis of size > 1 and the parameters carry logical axis names (below):
+      then they and their optimizer state are sharded by
+      `common.partitioning.LOGICAL_AXIS_RULES`.
     gradient_free: update without gradients (zeroth-order estimators,
       evolution strategies): see the module docstring.
     overwrite: discard the checkpoints already in `workdir/checkpoints` and
@@ -735,6 +827,10 @@ def train(*, init_fn: Callable[[jax.Array], Any],
       with running statistics: it is then called as `batch_fn(seed, s, [params,]
       c_s)` and returns `(batch, c_{s+1})`; the carry is checkpointed with the
       state (a `CarryTrainState`) and keeps its structure, shapes and dtypes.
+    param_axes: the parameters' logical axis names, a pytree like the params of
+      `PartitionSpec`s (e.g. `transformer.logical_axes(model)`). Default: the names
+      `init_fn` boxes its params with (flax's `nn.with_logical_partitioning`, as
+      `Transformer.init` does); plain params without names are replicated.
 
   Returns:
     `TrainResult(state, history)`: the state after `config.num_steps` updates
@@ -754,6 +850,7 @@ def train(*, init_fn: Callable[[jax.Array], Any],
       the next log or checkpoint step; nothing from it on is checkpointed.
   """
   validate_train_config(config)
+  sizes = mesh_sizes(config)
   # A snapshot of the settings, so any mapping works and later edits cannot leak in.
   config = types.SimpleNamespace(**{key: config[key] for key in _ALL_KEYS})
   if on_policy and config.steps_per_call > 1:
@@ -777,12 +874,14 @@ def train(*, init_fn: Callable[[jax.Array], Any],
                                            _hashable(optimizer.update))
   maybe_initialize_distributed(bool(config.distributed))
   if mesh is None:
-    mesh = make_mesh(config.mesh_shape)
+    mesh = mesh_from_sizes(sizes)
   if DATA_AXIS not in mesh.shape:
     raise ValueError(f"mesh axes {tuple(mesh.shape)} must include {DATA_AXIS!r}")
-  if config.batch_size % mesh.shape[DATA_AXIS]:
+  if config.batch_size % batch_shards(mesh):
+    axes = batch_axes(mesh)
+    where = f"axis {axes!r}" if isinstance(axes, str) else f"axes {axes}"
     raise ValueError(f"config.batch_size={config.batch_size} is not divisible by the "
-                     f"{mesh.shape[DATA_AXIS]} devices on mesh axis {DATA_AXIS!r}")
+                     f"{batch_shards(mesh)} devices on mesh {where}")
 
   num_steps, seed = int(config.num_steps), int(config.seed)
   is_chief = jax.process_index() == 0
@@ -793,9 +892,12 @@ def train(*, init_fn: Callable[[jax.Array], Any],
   abstract_state = _with_carry(
       jax.eval_shape(functools.partial(_make_state, init_fn=init_fn, opt_init=optimizer.init),
                      init_key), None if carry is None else _abstract(carry))
+  shardings = _state_shardings(abstract_state, init_fn, init_key, optimizer, mesh, param_axes)
   state_shardings = jax.tree.map(lambda _: replicated_sharding(mesh), abstract_state)
+  if shardings is not None:
+    state_shardings = _with_carry(shardings.tree, getattr(state_shardings, "carry", None))
   call_fn = functools.partial(_train_steps, loss_fn=loss_fn, opt_update=optimizer.update,
-                              mesh=mesh, gradient_free=bool(gradient_free))
+                              mesh=mesh, gradient_free=bool(gradient_free), shardings=shardings)
 
   def place_batches(begin, end, state):
     """The batches of updates begin..end-1, stacked and sharded, and the carry after them."""
@@ -841,7 +943,8 @@ def train(*, init_fn: Callable[[jax.Array], Any],
     if start is None:
       start = 0
       state = _with_carry(
-          init_train_state(init_key, init_fn=init_fn, optimizer=optimizer, mesh=mesh),
+          _init_state(init_key, init_fn=init_fn, opt_init=optimizer.init, mesh=mesh,
+                      shardings=shardings),
           None if carry is None else jax.device_put(carry, replicated_sharding(mesh)))
     else:
       logging.info("Resuming from checkpoint step %d in %s", start, workdir)
@@ -908,6 +1011,28 @@ def train(*, init_fn: Callable[[jax.Array], Any],
   finally:
     manager.wait_until_finished()
     manager.close()
+
+
+def _state_shardings(abstract_state: Any, init_fn: Callable, init_key: jax.Array,
+                     optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh,
+                     param_axes: Any) -> _Shardings | None:
+  """The `TrainState` shardings of a model-parallel run, or None (replicated): on a
+  mesh with fsdp or tensor > 1, parameters sharded from their logical names
+  (`param_axes`, else the boxes of `init_fn`'s output), optimizer state alike."""
+  if all(mesh.shape.get(name, 1) == 1 for name in (FSDP_AXIS, TENSOR_AXIS)):
+    return None
+  if param_axes is None:
+    param_axes = nn.get_partition_spec(jax.eval_shape(init_fn, init_key))
+  if not any(len(spec) for spec in jax.tree.leaves(
+      param_axes, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))):
+    logging.warning("mesh %s has fsdp/tensor axes but the parameters carry no logical axis "
+                    "names: they are replicated (pass train(..., param_axes=))",
+                    dict(mesh.shape))
+    return None
+  params = partitioning.param_shardings(abstract_state.params, param_axes, mesh)
+  opt_state = partitioning.opt_state_shardings(optimizer, abstract_state.opt_state, params,
+                                               mesh)
+  return _Shardings(TrainState(replicated_sharding(mesh), params, opt_state))
 
 
 def _abstract(tree: Any) -> Any:

@@ -45,7 +45,7 @@ import methods.susceptibility as sus
 # Train-loop keys that do not change the trained weights.
 _NOT_WEIGHTS = tuple(f"train.{k}" for k in ("checkpoint_every", "keep_checkpoints", "log_every",
                                             "progress_bar", "distributed", "nan_guard",
-                                            "mesh_shape"))
+                                            "mesh_shape", "mesh"))
 _NUM_MECHANISMS = len(mechanisms.MECHANISMS)
 
 

@@ -43,7 +43,7 @@ TRIALS = "trials.jsonl"
 # Loop keys that do not change what a fine-tuning run computes.
 _LOOP_ONLY = tuple(f"train.{k}" for k in ("checkpoint_every", "keep_checkpoints", "log_every",
                                           "progress_bar", "distributed", "nan_guard",
-                                          "mesh_shape"))
+                                          "mesh_shape", "mesh"))
 
 
 class Setup(NamedTuple):

@@ -81,9 +81,10 @@ def _runs_file() -> str:
   return path
 
 
-def _runs_train(workdir=None, optimizer=None, mesh=None, **overrides):
+def _runs_train(workdir=None, optimizer=None, mesh=None, mesh_sizes=None, **overrides):
   config = train_lib.default_train_config(num_steps=2, batch_size=4, progress_bar=False)
   config.update(overrides)
+  config.mesh.update(mesh_sizes or {})
   return train_lib.train(
       init_fn=lambda key: {"w": jnp.zeros(3)},
       loss_fn=lambda params, batch, key: (jnp.sum(params["w"] ** 2), {}),
@@ -128,6 +129,14 @@ ROWS_RUNS = [
         tempfile.mkdtemp(), "s", 123, lambda: 1), TypeError, r"fingerprint must be a str"),
     Case("runs/stage_kind_unknown", lambda: trials_lib.stage_path("/tmp", "s", kind="pkl"),
          ValueError, r"stage kind must be 'json' or 'npz', got 'pkl'"),
+    Case("runs/train_mesh_size_zero", lambda: train_lib.validate_train_config(
+        train_lib.default_train_config(mesh={"fsdp": 0})),
+         ValueError, r"config.mesh.fsdp=0 is invalid: expected axes"),
+    Case("runs/train_mesh_and_mesh_shape_disagree",
+         lambda: _runs_train(mesh_shape=(1,), mesh_sizes={"data": 2}),
+         ValueError, r"config.mesh_shape=\(1,\) and config.mesh.data=2 disagree"),
+    Case("runs/mesh_from_sizes_unknown_axis", lambda: sharding_lib.mesh_from_sizes({"model": 2}),
+         ValueError, r"mesh axes \['model'\] are unknown; expected sizes for some of"),
     Case("runs/mesh_shape_float", lambda: sharding_lib.make_mesh((1.5,)),
          TypeError, r"mesh_shape must be None or a sequence of ints, got \(1.5,\)"),
     Case("runs/mesh_axis_names_string", lambda: sharding_lib.make_mesh((-1,), axis_names="data"),

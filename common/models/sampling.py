@@ -194,7 +194,10 @@ def generate(model: Transformer, params, prompt: jax.Array, key: jax.Array, *,
     key: PRNG key for sampling (step t uses split(key, N)[t], for every batch shape).
     max_new_tokens, temperature, top_p: static sampling settings.
     cache: an empty cache with room for T0 + max_new_tokens positions, for an
-      attention_fn that keeps per-layer state in it; default `init_cache`.
+      attention_fn that keeps per-layer state in it, or one placed sharded over
+      batch and kv heads (`common.partitioning.shard_cache`, called under
+      `partitioning.axis_rules(mesh)` so every step keeps that layout); default
+      `init_cache`.
     prompt_lengths: None (every row is T0 long: the equal-length path, unchanged), or
       (B,) ints in [1, T0], the real tokens of each row.
     eos_id: None (always N tokens), or the end token id (static): a row stops after

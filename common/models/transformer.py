@@ -29,6 +29,13 @@ same path as its parameters (`params[...]["q_proj"]["kernel"]` <->
 ("heads", (B, T, H, d_head)) and each layer its residual-stream output ("residual").
 Nothing is stored unless the caller asks: `model.apply(..., mutable=["taps"])`.
 
+Sharding: every parameter carries logical axis names (flax's logical partitioning, e.g.
+("embed", "mlp") for an MLP kernel); `model.init` returns them boxed, `init_params`
+returns plain arrays and `logical_axes(model)` the names, which
+`common.partitioning` maps onto fsdp / tensor mesh axes (docs/scaling.md). The cache
+a call returns is constrained to ("layers", "batch", "length", "kv_heads",
+"head_dim") when logical axis rules are active (a no-op otherwise).
+
 Example:
     >>> config = TransformerConfig(family="llama", vocab_size=256, d_model=64,
     ...                            num_layers=2, num_heads=4, num_kv_heads=2, d_ff=128)
@@ -62,6 +69,11 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "relu": jax.nn.relu,
 }
 ROPE_SCALINGS = ("none", "linear", "llama3")
+# Logical axis names of the parameters and the KV cache (`common.partitioning` maps them
+# onto mesh axes): the model width, the vocabulary, the MLP width, the query and the
+# key/value head columns (heads x head_dim), and unsharded norm scales.
+EMBED, VOCAB, MLP, HEADS, KV_HEADS, NORM = "embed", "vocab", "mlp", "heads", "kv_heads", "norm"
+CACHE_AXES = ("layers", "batch", "length", KV_HEADS, "head_dim")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -385,20 +397,22 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
 
 class Linear(nn.Module):
   """y = x W + b with W stored (in, out); sows its input x under "taps" (the
-  convention of `common.models.taps`)."""
+  convention of `common.models.taps`). `axes` are the logical names of W's two axes
+  (b takes the second), e.g. ("embed", "mlp"); None leaves them unnamed."""
   features: int
   use_bias: bool = False
   dtype: Any = jnp.float32
+  axes: tuple[str | None, str | None] = (None, None)
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     sow_input(self, x)
-    kernel = self.param("kernel", nn.initializers.normal(0.02), (x.shape[-1], self.features),
-                        jnp.float32)
+    kernel = self.param("kernel", _named(nn.initializers.normal(0.02), self.axes),
+                        (x.shape[-1], self.features), jnp.float32)
     y = jnp.dot(x.astype(self.dtype), kernel.astype(self.dtype))
     if self.use_bias:
-      y = y + self.param("bias", nn.initializers.zeros, (self.features,),
-                         jnp.float32).astype(self.dtype)
+      y = y + self.param("bias", _named(nn.initializers.zeros, self.axes[1:]),
+                         (self.features,), jnp.float32).astype(self.dtype)
     return y
 
 
@@ -409,7 +423,8 @@ class RMSNorm(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), jnp.float32)
+    scale = self.param("scale", _named(nn.initializers.ones, (NORM,)), (x.shape[-1],),
+                       jnp.float32)
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
     return (y * scale).astype(self.dtype)
@@ -418,7 +433,9 @@ class RMSNorm(nn.Module):
 def _norm(config: TransformerConfig, name: str) -> nn.Module:
   if config.family == "llama":
     return RMSNorm(eps=config.norm_eps, dtype=config.compute_dtype, name=name)
-  return nn.LayerNorm(epsilon=config.norm_eps, dtype=config.compute_dtype, name=name)
+  return nn.LayerNorm(epsilon=config.norm_eps, dtype=config.compute_dtype,
+                      scale_init=_named(nn.initializers.ones, (NORM,)),
+                      bias_init=_named(nn.initializers.zeros, (NORM,)), name=name)
 
 
 class _LayerModule(nn.Module):
@@ -439,9 +456,9 @@ class Attention(_LayerModule):
     c = self.config
     b, t, _ = x.shape
     h, kv, d = c.num_heads, c.kv_heads, c.dim_per_head
-    q = _linear(h * d, c.qkv_bias, c, "q_proj")(x).reshape(b, t, h, d)
-    k = _linear(kv * d, c.qkv_bias, c, "k_proj")(x).reshape(b, t, kv, d)
-    v = _linear(kv * d, c.qkv_bias, c, "v_proj")(x).reshape(b, t, kv, d)
+    q = _linear(h * d, c.qkv_bias, c, "q_proj", (EMBED, HEADS))(x).reshape(b, t, h, d)
+    k = _linear(kv * d, c.qkv_bias, c, "k_proj", (EMBED, KV_HEADS))(x).reshape(b, t, kv, d)
+    v = _linear(kv * d, c.qkv_bias, c, "v_proj", (EMBED, KV_HEADS))(x).reshape(b, t, kv, d)
     if c.qk_norm:
       q = RMSNorm(c.norm_eps, c.compute_dtype, name="q_norm")(q)
       k = RMSNorm(c.norm_eps, c.compute_dtype, name="k_norm")(k)
@@ -464,7 +481,7 @@ class Attention(_LayerModule):
     else:
       heads, state = self.attention_fn(q, k_all, v_all, state=state, **kwargs)
     self.sow(TAPS, "heads", heads, init_fn=lambda: None, reduce_fn=lambda _, new: new)
-    out = _linear(c.d_model, c.o_bias, c, "o_proj")(heads.reshape(b, t, h * d))
+    out = _linear(c.d_model, c.o_bias, c, "o_proj", (HEADS, EMBED))(heads.reshape(b, t, h * d))
     return out, new_kv, state
 
 
@@ -476,11 +493,11 @@ class FeedForward(nn.Module):
     c = self.config
     act = ACTIVATIONS[c.activation]
     if c.family == "llama":
-      hidden = act(_linear(c.d_ff, c.mlp_bias, c, "gate_proj")(x)) * _linear(
-          c.d_ff, c.mlp_bias, c, "up_proj")(x)
+      hidden = act(_linear(c.d_ff, c.mlp_bias, c, "gate_proj", (EMBED, MLP))(x)) * _linear(
+          c.d_ff, c.mlp_bias, c, "up_proj", (EMBED, MLP))(x)
     else:
-      hidden = act(_linear(c.d_ff, c.mlp_bias, c, "up_proj")(x))
-    return _linear(c.d_model, c.mlp_bias, c, "down_proj")(hidden)
+      hidden = act(_linear(c.d_ff, c.mlp_bias, c, "up_proj", (EMBED, MLP))(x))
+    return _linear(c.d_model, c.mlp_bias, c, "down_proj", (MLP, EMBED))(hidden)
 
 
 class Block(_LayerModule):
@@ -543,7 +560,8 @@ class Transformer(nn.Module):
         left_pad = cache.left_pad
     if left_pad is not None:
       left_pad = _check_left_pad(left_pad, tokens, cache)
-    embed = nn.Embed(c.vocab_size, c.d_model, embedding_init=nn.initializers.normal(0.02),
+    embed = nn.Embed(c.vocab_size, c.d_model,
+                     embedding_init=_named(nn.initializers.normal(0.02), (VOCAB, EMBED)),
                      dtype=c.compute_dtype, name="embed")
     x = embed(tokens)
     t = tokens.shape[1]
@@ -564,24 +582,62 @@ class Transformer(nn.Module):
     if c.tie_embeddings:
       logits = embed.attend(x)
     else:
-      logits = _linear(c.vocab_size, False, c, "lm_head")(x)
+      logits = _linear(c.vocab_size, False, c, "lm_head", (EMBED, VOCAB))(x)
     logits = logits.astype(jnp.float32)
     hidden = (x.astype(jnp.float32),) if return_hidden else ()
     if cache is None:
       return (logits, *hidden) if return_hidden else logits
     state = None if cache.state is None else tuple(new_states)
-    return (logits, KVCache(jnp.stack(new_k), jnp.stack(new_v), kv_length, state, left_pad),
-            *hidden)
+    # Split over batch and kv heads where the caller set logical axis rules and a mesh
+    # (`common.partitioning.axis_rules`); a no-op otherwise.
+    new_k, new_v = (nn.with_logical_constraint(jnp.stack(kv), CACHE_AXES)
+                    for kv in (new_k, new_v))
+    return (logits, KVCache(new_k, new_v, kv_length, state, left_pad), *hidden)
 
 
-def _linear(features: int, bias: bool, config: TransformerConfig, name: str) -> Linear:
-  return Linear(features, use_bias=bias, dtype=config.compute_dtype, name=name)
+def _linear(features: int, bias: bool, config: TransformerConfig, name: str,
+            axes: tuple[str | None, str | None] = (None, None)) -> Linear:
+  return Linear(features, use_bias=bias, dtype=config.compute_dtype, axes=axes, name=name)
+
+
+def _named(init: Callable, axes: tuple[str | None, ...]) -> Callable:
+  """`init` boxed with the logical axis names `axes` (flax's logical partitioning), or
+  `init` itself when every name is None."""
+  return init if all(a is None for a in axes) else nn.with_logical_partitioning(init, axes)
 
 
 def init_params(model: Transformer, key: jax.Array, seq_len: int = 1) -> Any:
-  """Fresh parameters: normal(0.02) weights and embeddings, zero biases, unit norms."""
+  """Fresh parameters: normal(0.02) weights and embeddings, zero biases, unit norms.
+
+  Plain arrays: `model.init` boxes every parameter with its logical axis names
+  (`nn.LogicallyPartitioned`); this unboxes them (`logical_axes` gives the names).
+  """
   tokens = jnp.zeros((1, seq_len), jnp.int32)
-  return jax.jit(model.init)(key, tokens)["params"]
+  return nn.meta.unbox(jax.jit(model.init)(key, tokens)["params"])
+
+
+def logical_axes(model: nn.Module, *args: Any) -> Any:
+  """The logical axis names of `model`'s parameters, a pytree like `init_params`' of
+  `jax.sharding.PartitionSpec`s such as P("embed", "mlp") (P() for an unnamed leaf).
+
+  `common.partitioning.param_shardings` maps them onto a mesh; nothing is computed
+  (the shapes come from `jax.eval_shape`).
+
+  Args:
+    model: a `Transformer` or any flax module whose params carry logical names
+      (e.g. a model that contains a `Transformer`).
+    *args: its example inputs; default one (1, 1) token batch.
+
+  Returns:
+    The names of `model.init(...)["params"]`, unboxed.
+
+  Example:
+      >>> logical_axes(Transformer(config))["layer_0"]["mlp"]["up_proj"]["kernel"]
+      PartitionSpec('embed', 'mlp')
+  """
+  args = args or (jnp.zeros((1, 1), jnp.int32),)
+  boxed = jax.eval_shape(model.init, jax.random.PRNGKey(0), *args)["params"]
+  return nn.get_partition_spec(boxed)
 
 
 def num_params(params: Any) -> int:

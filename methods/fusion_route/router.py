@@ -50,9 +50,10 @@ class Router(nn.Module):
 
 
 def init_router(router: Router, key: jax.Array) -> Any:
-  """Fresh router parameters {"lm": ..., "route_head": ...} (routing head at zero)."""
+  """Fresh router parameters {"lm": ..., "route_head": ...} (routing head at zero), as
+  plain arrays (the LM's logical axis names unboxed)."""
   checks.positive_int("Router.num_experts", router.num_experts, low=2)
-  return jax.jit(router.init)(key, jnp.zeros((1, 1), jnp.int32))["params"]
+  return nn.meta.unbox(jax.jit(router.init)(key, jnp.zeros((1, 1), jnp.int32))["params"])
 
 
 def from_lm_params(router: Router, lm_params: Any, key: jax.Array) -> Any:
