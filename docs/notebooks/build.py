@@ -186,8 +186,251 @@ paper-scale experiment is `python -m experiments.main
 ])
 
 
+# --------------------------------------------------------------------- DivIn
+
+DIVIN = notebook("""
+# Flow matching + DivIn: diverse samples under strong guidance
+
+Classifier-free guidance (CFG) at a high weight w pulls every sample of a class onto
+its dominant mode. DivIn keeps the CFG sampler and changes only where it starts: the
+initial noise is drawn by a few Langevin steps from N(z; 0, I) exp(-τ U(z)), where
+U(z) is the gap between the conditional and unconditional predictions of the clean
+sample. This notebook trains a small class-conditional flow on a 2-D mixture with the
+common training loop (`common.train`), then samples it with CFG and with DivIn.
+
+Mechanism, API and measured claims: [docs/divin.md](../divin.md) (the flow-matching
+core is `methods.flow_matching`; its convergence study is
+[docs/dfm_convergence.md](../dfm_convergence.md)).
+""", "methods.divin", [
+    ("code", SETUP + """
+
+import functools
+import tempfile
+
+import optax
+from common import train
+from methods import divin
+from methods import flow_matching as fm
+"""),
+    ("md", """
+## Data: three classes on a ring
+Each class has four modes of unequal weight (0.6, 0.25, 0.1, 0.05), interleaved on a
+ring of radius 5. Training batches are a pure function of (seed, step), as the loop
+needs.
+"""),
+    ("code", """
+num_classes, mode_std = 3, 0.3
+means, weights = divin.ring_modes(num_classes, (0.6, 0.25, 0.1, 0.05), 5.0)
+batch_fn = functools.partial(divin.mixture_batch, means=means, weights=weights,
+                             std=mode_std, batch_size=256)
+example = batch_fn(0, 0)
+{name: value.shape for name, value in example.items()}
+"""),
+    ("md", """
+## Train a conditional flow
+A `ConditionalMLP` v(t, x, c) trained with the conditional flow-matching loss on the
+linear path, dropping the condition 20% of the time so that the same network also
+gives the unconditional velocity that CFG needs. `steps_per_call=100` runs 100 updates
+per compiled call (same result, less Python overhead for a small model). The loop
+checkpoints into `workdir`; rerunning the cell with the same `workdir` restores.
+"""),
+    ("code", """
+model = fm.ConditionalMLP(hidden=(64, 64, 64), dim=2)
+num_steps = 1500
+config = train.default_train_config(num_steps=num_steps, batch_size=256, log_every=300,
+                                    steps_per_call=100, checkpoint_every=0,
+                                    progress_bar=False)
+result = train.train(
+    init_fn=lambda key: model.init(key, jnp.zeros((1,)), jnp.zeros((1, 2)),
+                                   jnp.zeros((1, num_classes))),
+    loss_fn=fm.make_loss_fn(model.apply, path="linear", p_uncond=0.2),
+    batch_fn=batch_fn,
+    optimizer=optax.adam(optax.cosine_decay_schedule(3e-3, num_steps, alpha=0.05)),
+    config=config, workdir=tempfile.mkdtemp())
+params = result.state.params
+[(row["step"], round(row["loss"], 3)) for row in result.history]
+"""),
+    ("md", """
+## Sample: CFG against DivIn at the same guidance weight
+`sample_classes` draws one batch per class with a named method; `w`, `tau` and the
+other strengths are traced, so a sweep compiles once. DivIn runs 30 Langevin steps on
+the initial noise (step `eta`, inverse temperature `tau`) before the same CFG sampler.
+"""),
+    ("code", """
+sample = functools.partial(divin.sample_classes, params, jax.random.PRNGKey(7),
+                           apply_fn=model.apply, shape=(300, 2), num_classes=num_classes,
+                           num_steps=32, divin_steps=30, rollout_steps=8)
+# Arguments after the key: w, tau, noise_scale, alpha, eta.
+runs = {
+    "CFG, w = 1": sample(1.0, 0.0, 0.0, 0.0, 0.05, method="cfg"),
+    "CFG, w = 7": sample(7.0, 0.0, 0.0, 0.0, 0.05, method="cfg"),
+    "DivIn, w = 7, τ = 0.2": sample(7.0, 0.2, 0.0, 0.0, 0.05, method="divin"),
+}
+for name, samples in runs.items():
+  m = divin.class_mode_metrics(samples, means, mode_std)
+  print(f"{name:>22}: Vendi {m['vendi']:.2f}  coverage {m['coverage']:.2f}  "
+        f"precision {m['precision']:.2f}")
+"""),
+    ("code", """
+fig, axes = plt.subplots(1, len(runs), figsize=(4 * len(runs), 4), sharex=True, sharey=True)
+for ax, (name, samples) in zip(axes, runs.items()):
+  for c in range(num_classes):
+    ax.scatter(*np.asarray(samples[c]).T, s=3, alpha=0.5, label=f"class {c}")
+    ax.scatter(*means[c].T, marker="x", color="k", s=30)
+  ax.set_title(name)
+  ax.set_aspect("equal")
+axes[0].legend(loc="lower left", markerscale=4)
+plt.show()
+"""),
+    ("md", """
+## At scale
+The experiment sweeps w, τ and the baselines (CADS, particle guidance, DivIn + CADS)
+and adds the 8x8-digits case: `python -m experiments.main
+--config=experiments/configs/divin.py:paper --workdir=/tmp/divin_paper` (the `quick`
+preset trains this toy for 3000 steps with 128-wide layers).
+"""),
+])
+
+
+# --------------------------------------------------------------------- RaBitQ + HF
+
+RABITQ_HF = notebook("""
+# A Hugging Face checkpoint, decoded with RaBitQ sparse attention
+
+RaBitQ attention stores each cached key as a 1-bit code plus three scalars, scores a
+4-bit query against all codes with popcounts, keeps the smallest set of tokens whose
+estimated attention mass reaches p (adaptive top-p), and runs exact attention over
+those tokens only. This notebook
+
+1. makes a tiny Hugging Face checkpoint folder (no download: a byte-level LM trained
+   here for a few seconds, exported as `config.json` + `model.safetensors` +
+   `tokenizer.json`),
+2. loads it back the way you load your own folder, and
+3. decodes the same text with dense attention and with RaBitQ top-p at several p,
+   comparing the next-token distributions against the number of tokens read.
+
+Mechanism, API and measured claims: [docs/rabitq_attention.md](../rabitq_attention.md);
+the checkpoint format and the text-model interface: [docs/llm.md](../llm.md).
+""", "methods.rabitq_attention", [
+    ("code", SETUP + """
+
+import inspect
+import json
+import os
+import tempfile
+
+from common import lm
+from common.data.tokenizers import save_byte_tokenizer
+from common.llm import load_checkpoint
+from common.models import Transformer, hf, init_cache
+from methods import rabitq_attention as ra
+"""),
+    ("md", """
+## 1. A checkpoint folder to load
+Skip this step if you have a folder already. `common.lm` trains the shared byte-level
+LM (the `tiny` preset: 25k parameters), `hf.save_hf_checkpoint` writes it in the
+Hugging Face layout (a Llama-family `config.json` and float32 `model.safetensors`),
+and `save_byte_tokenizer` adds the matching `tokenizer.json`.
+"""),
+    ("code", """
+config = lm.get_config("tiny")
+config.train.num_steps = 200
+config.train.progress_bar = False
+trained = lm.load_or_train(config, tempfile.mkdtemp())
+
+folder = tempfile.mkdtemp()
+hf.save_hf_checkpoint(folder, trained.params, trained.model.config)
+save_byte_tokenizer(folder)
+sorted(os.listdir(folder))
+"""),
+    ("md", """
+## 2. Load it as your own
+`load_checkpoint(path)` reads a local Hugging Face folder of a Llama, Qwen2/Qwen3 or
+GPT-NeoX model (config.json, one or sharded safetensors files, tokenizer.json) and
+returns the flax `Transformer`, its parameters, the tokenizer and the end-token id.
+Point it at the folder of a downloaded checkpoint (e.g. one fetched once with
+`huggingface-cli download Qwen/Qwen3-0.6B --local-dir ...`) and the rest of this
+notebook runs unchanged, only slower on a CPU.
+"""),
+    ("code", """
+model, params, tokenizer, end_id = load_checkpoint(folder)
+c = model.config
+print(f"{c.family}: {c.num_layers} layer(s), {c.num_heads} heads of width {c.dim_per_head}, "
+      f"vocabulary {c.vocab_size}; end token id {end_id}")
+text = inspect.getsource(json)           # any long text: here, a stdlib module's source
+ids = tokenizer.encode(text)
+length, batch = 192, 4
+tokens = jnp.asarray([ids[i * length:(i + 1) * length] for i in range(batch)], jnp.int32)
+tokens.shape
+"""),
+    ("md", """
+## 3. Dense against RaBitQ decoding
+`teacher_forced_decode` prefills the first 32 tokens, then feeds the true text one
+token per decode step through the KV cache, and returns the logits of every step. The
+sparse model is the same `Transformer` with RaBitQ's `attention_fn`; its cache
+(`ra.init_cache`) holds the codes, and `ra.with_top_p` changes p without recompiling.
+Each decode step always reads the 2 sink tokens and the newest 8-16 tokens exactly;
+top-p adds the quantised tokens with the largest estimated attention. "Tokens read"
+counts the keys and values read exactly; every step also scans the 1-bit codes
+(D/8 + 12 bytes per token and head).
+"""),
+    ("code", """
+prefill = 32
+rcfg = ra.RaBitQConfig(num_sink=2, recent_window=8, interval=8, max_budget=64)
+sparse_model = Transformer(model.config, attention_fn=ra.make_attention_fn(rcfg))
+
+dense_logits, _ = jax.jit(lambda cache: ra.teacher_forced_decode(
+    model, params, tokens, prefill, cache))(init_cache(model.config, batch, length))
+decode = jax.jit(lambda cache: ra.teacher_forced_decode(
+    sparse_model, params, tokens, prefill, cache))
+base_cache = ra.init_cache(rcfg, model.config, batch, length, jax.random.PRNGKey(0))
+
+dense_logp = jax.nn.log_softmax(dense_logits)
+rows = []
+for p in (0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99):
+  logits, tokens_read = decode(ra.with_top_p(base_cache, p))
+  logp = jax.nn.log_softmax(logits)
+  kl = jnp.mean(jnp.sum(jnp.exp(dense_logp) * (dense_logp - logp), -1))
+  agree = jnp.mean(jnp.argmax(logits, -1) == jnp.argmax(dense_logits, -1))
+  rows.append((p, float(tokens_read), float(kl), float(agree)))
+  print(f"p={p:<4}  tokens read per step {float(tokens_read):5.1f}  "
+        f"KL(dense || sparse) {float(kl):.2e}  top-1 agreement {float(agree):.3f}")
+dense_tokens = prefill + (length - prefill) / 2      # mean context length of a decode step
+print(f"dense: {dense_tokens:.0f} tokens read per step on average")
+"""),
+    ("code", """
+p, read, kl, agree = map(np.array, zip(*rows))
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+ax1.plot(read, kl, "o-")
+for pi, ri, ki in zip(p, read, kl):
+  ax1.annotate(f"p={pi:g}", (ri, ki), textcoords="offset points", xytext=(4, 4), fontsize=8)
+ax1.set_yscale("log")
+ax1.set_xlabel("tokens read per decode step")
+ax1.set_ylabel("KL(dense || RaBitQ) per step")
+ax2.plot(read, agree, "o-", label="RaBitQ top-p")
+ax2.axvline(dense_tokens, color="k", ls="--", label="dense (mean context)")
+ax2.set_xlabel("tokens read per decode step")
+ax2.set_ylabel("top-1 agreement with dense")
+ax2.legend()
+fig.tight_layout()
+plt.show()
+"""),
+    ("md", """
+## At scale
+On a GPU or TPU, `RaBitQConfig(use_kernels=None)` runs the Pallas kernels
+(`kernels_pallas/rabitq_scores.py`, `sparse_decode_attention.py`) instead of their jnp
+references. The experiment (`python -m experiments.main
+--config=experiments/configs/rabitq_attention.py:paper --workdir=/tmp/rabitq_paper`)
+trains the paper-scale shared LM and adds the estimator, synthetic long-context and
+memory studies; with a real checkpoint, replace step 1 by your folder's path.
+"""),
+])
+
+
 NOTEBOOKS = {
     "kernel_ridge.ipynb": KERNEL_RIDGE,
+    "divin.ipynb": DIVIN,
+    "rabitq_hf.ipynb": RABITQ_HF,
 }
 
 
