@@ -535,11 +535,151 @@ AGZO at equal forward passes, measures gradient alignment and compiled peak memo
 ])
 
 
+# --------------------------------------------------------------------- susceptibility
+
+SUSCEPTIBILITY = notebook("""
+# The local learning coefficient and per-token susceptibilities
+
+Localized SGLD samples weights near a trained point w0 from
+exp(-nβ L(w) - γ/2 ‖w - w0‖²). The local learning coefficient (LLC) is estimated as
+λ̂ = nβ (E[L(w)] - L(w0)): how fast the loss rises around w0, an effective parameter
+count. Restricting SGLD to one component C of a network (a block, a head) and
+recording each token's loss along the chain gives that token's susceptibility
+χ_C = -Cov[φ_C, l_token], how strongly the token responds to perturbing C.
+
+This notebook checks the LLC estimator where the answer is known (linear regression:
+λ = d / 2), then computes per-token susceptibilities of a tiny byte-level LM's
+attention and MLP blocks (`methods.susceptibility`).
+
+Mechanism, API and measured claims: [docs/susceptibility.md](../susceptibility.md).
+""", "methods.susceptibility", [
+    ("code", SETUP + """
+
+import tempfile
+
+from common import lm
+import methods.susceptibility as sus
+"""),
+    ("md", """
+## 1. The LLC where it is known
+For a regular model such as linear regression in d dimensions the LLC is d / 2.
+`run_chains` runs vmapped SGLD chains from w0 in one compiled scan and records the
+minibatch loss at every step; the first `burnin` steps are dropped from the estimate.
+"""),
+    ("code", """
+dim, batch_size, burnin = 4, 128, 200
+problem = sus.linear_regression(jax.random.PRNGKey(0), dim=dim, n=2048,
+                                batch_size=batch_size, noise=1.0)
+n_beta = sus.default_n_beta(batch_size)                    # m / ln m
+trace = sus.run_chains(problem.loss_fn, problem.w0, problem.batch_fn, jax.random.PRNGKey(1),
+                       step_size=1e-3, n_beta=n_beta, localization=1.0, num_chains=6,
+                       num_burnin=burnin, num_draws=1500)
+loss0 = problem.loss_fn(problem.w0, (problem.x, problem.y))
+est = sus.estimate_llc(trace.loss, loss0, n_beta, num_burnin=burnin)
+print(f"LLC estimate {float(est.mean):.2f} ± {float(est.stderr):.2f}; "
+      f"true d/2 = {problem.true_llc}")
+print("diagnostics healthy:", sus.diagnose(trace.loss, loss0, n_beta, burnin)["healthy"])
+"""),
+    ("code", """
+fig, ax = plt.subplots(figsize=(6.5, 3.5))
+scaled = n_beta * (np.asarray(trace.loss) - loss0)       # (chains, steps)
+steps = np.arange(scaled.shape[1])
+ax.plot(steps, scaled.T, lw=0.3, alpha=0.4)
+window = 100
+smooth = np.convolve(scaled.mean(axis=0), np.ones(window) / window, mode="valid")
+ax.plot(steps[window - 1:], smooth, color="C0", lw=2, label=f"mean of chains, {window}-step average")
+ax.axvspan(0, burnin, color="gray", alpha=0.2, label="burn-in")
+ax.axhline(problem.true_llc, color="k", ls="--", label="d / 2")
+ax.axhline(float(est.mean), color="C3", label="estimate")
+ax.set_xlabel("SGLD step")
+ax.set_ylabel("nβ (L(w_t) - L(w0))")
+ax.legend(fontsize=8)
+plt.show()
+"""),
+    ("md", """
+## 2. Susceptibilities of a tiny LM's tokens
+A byte-level LM (`common.lm`, `tiny` preset: one layer, a few seconds of training).
+SGLD draws minibatches of training windows through a traceable `batch_fn(step)`; the
+probe is a few validation windows, English and Python source. `block_masks` names
+each layer's attention and MLP block plus the embeddings, and
+`component_susceptibilities` runs SGLD restricted to each of them (vmapped over the
+components) and returns χ with one row per component and one column per probe token.
+The chains here are short (2 chains x 40 draws, no burn-in; strong localization keeps
+them near w0) so that the cell runs in seconds; most of its time is compiling the SGLD
+scan once (`components_per_call=1` reuses one program for every component).
+"""),
+    ("code", """
+config = lm.get_config("tiny")
+config.train.num_steps = 200
+config.train.progress_bar = False
+trained = lm.load_or_train(config, tempfile.mkdtemp())
+model, params, corpus = trained.model, trained.params, trained.corpus
+
+seq, sgld_batch = 32, 4
+pool = jnp.asarray(np.stack([corpus.train[i:i + seq + 1]
+                             for i in range(0, 256 * seq, seq)]).astype(np.int32))
+
+def batch_fn(step):
+  rows = jax.random.randint(jax.random.fold_in(jax.random.PRNGKey(2), step), (sgld_batch,),
+                            0, pool.shape[0])
+  return pool[rows]
+
+starts = np.linspace(0, len(corpus.validation) - seq - 2, 6).astype(int)
+probe = jnp.asarray(np.stack([corpus.validation[s:s + seq + 1] for s in starts]), jnp.int32)
+names, masks = zip(*sus.block_masks(params, model.config))
+
+result = sus.component_susceptibilities(
+    lambda p, tokens: jnp.mean(sus.token_losses(model, p, tokens)),   # drives SGLD
+    lambda p: sus.token_losses(model, p, probe).reshape(-1),          # observed per draw
+    params, batch_fn, list(masks), jax.random.PRNGKey(3), components_per_call=1,
+    step_size=1e-4, n_beta=sus.default_n_beta(sgld_batch * seq), localization=3000.0,
+    num_chains=2, num_burnin=0, num_draws=40, thin=1)
+chi = np.asarray(result.chi)                          # (components, probe tokens)
+names, chi.shape
+"""),
+    ("code", """
+targets = bytes(np.asarray(probe[:, 1:]).reshape(-1).tolist())
+kind = np.array(["letter" if chr(b).isalpha() else "space" if chr(b).isspace() else "other"
+                 for b in targets])
+z = np.asarray(sus.standardize(chi.T))                # tokens x components, per-component z
+i, j = names.index("L0.attn"), names.index("L0.mlp")
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+for k in ("letter", "space", "other"):
+  ax1.scatter(z[kind == k, i], z[kind == k, j], s=10, alpha=0.7, label=f"next byte: {k}")
+ax1.set_xlabel("χ of L0.attn (standardised)")
+ax1.set_ylabel("χ of L0.mlp (standardised)")
+ax1.legend(fontsize=8)
+order = np.argsort(kind, kind="stable")
+im = ax2.imshow(z[order].T, aspect="auto", cmap="coolwarm", vmin=-3, vmax=3,
+                interpolation="nearest")
+ax2.set_yticks(range(len(names)), names)
+bounds = np.cumsum([np.sum(kind == k) for k in ("letter", "other", "space")])
+for b in bounds[:-1]:
+  ax2.axvline(b - 0.5, color="k", lw=1)
+ax2.set_xticks(np.concatenate([[0], bounds[:-1]]) + np.diff(np.concatenate([[0], bounds])) / 2,
+               ["letter", "other", "space"])
+ax2.set_xlabel("probe tokens, grouped by the next byte's kind")
+fig.colorbar(im, ax=ax2, label="standardised χ")
+fig.tight_layout()
+plt.show()
+"""),
+    ("md", """
+## At scale
+The experiment adds the step-size calibration sweep, a synthetic task with planted
+mechanisms (where clustering the susceptibilities recovers them) and the clustering of
+the shared LM's tokens: `python -m experiments.main
+--config=experiments/configs/susceptibility.py:paper --workdir=/tmp/susceptibility_paper`
+(longer chains, more probe tokens and the paper-size LM).
+"""),
+])
+
+
 NOTEBOOKS = {
     "kernel_ridge.ipynb": KERNEL_RIDGE,
     "divin.ipynb": DIVIN,
     "rabitq_hf.ipynb": RABITQ_HF,
     "agzo.ipynb": AGZO,
+    "susceptibility.ipynb": SUSCEPTIBILITY,
 }
 
 
