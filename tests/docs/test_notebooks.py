@@ -12,6 +12,7 @@ import json
 import os
 import sys
 
+from IPython.core.inputtransformer2 import TransformerManager
 import nbclient
 from nbclient.exceptions import CellExecutionError
 import nbformat
@@ -47,10 +48,18 @@ def _kernel_manager(tmp_path):
 
 
 def _kernel_env():
+  """The kernel's environment: JAX on the CPU, inline plots, this checkout first on the
+  path, and the session's persistent compilation cache (tests/conftest.py), so that a
+  program another notebook or test already compiled (the tiny LM's training step) is
+  loaded instead of compiled again."""
   env = dict(os.environ)
   env.update(JAX_PLATFORMS="cpu", PYDEVD_DISABLE_FILE_VALIDATION="1",
              MPLBACKEND="module://matplotlib_inline.backend_inline",
              PYTHONPATH=os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p))
+  cache = env.get("TESTS_JAX_COMPILATION_CACHE")
+  if cache:
+    env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="1",
+               JAX_COMPILATION_CACHE_MAX_SIZE=str(64 << 30))
   return env
 
 
@@ -101,3 +110,8 @@ def test_notebooks_are_committed_stripped_and_match_their_cells():
     assert text == nbformat.writes(build.NOTEBOOKS[name]) + "\n", (
         f"{name} differs from docs/notebooks/build.py; run python docs/notebooks/build.py")
     assert json.loads(text)["metadata"]["kernelspec"]["name"] == "python3"
+    # The install cell: IPython turns its %pip into a call that runs only when the
+    # package does not import (the executed notebooks check that it is skipped then).
+    python = TransformerManager().transform_cell(nb.cells[2].source)
+    assert "except ImportError:\n  get_ipython().run_line_magic('pip', 'install" in python, python
+    compile(python, f"{name}: install cell", "exec")
