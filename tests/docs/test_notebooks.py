@@ -68,12 +68,10 @@ def _first_line(cell) -> str:
   return lines[0] if lines else ""
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_notebook_runs_and_shows_a_plot(name, tmp_path):
-  nb = nbformat.read(os.path.join(FOLDER, name), as_version=4)
-  nb.cells.append(nbformat.v4.new_code_cell(PROBE))
-  client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, km=_kernel_manager(tmp_path),
-                                   resources={"metadata": {"path": ROOT}})
+def _execute(nb, name: str, tmp_path) -> None:
+  """Runs every cell of `nb` in place; a failing cell fails the test with its index and
+  first line."""
+  client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, km=_kernel_manager(tmp_path))
   try:
     client.execute(env=_kernel_env(), cwd=ROOT)
   except CellExecutionError as error:
@@ -83,13 +81,31 @@ def test_notebook_runs_and_shows_a_plot(name, tmp_path):
     where = (f"cell {failed} ({_first_line(nb.cells[failed])!r})" if failed is not None
              else "a cell")
     pytest.fail(f"{name}: {where} failed: {error.ename}: {error.evalue}", pytrace=False)
+
+
+def test_a_failing_cell_names_the_notebook_and_the_cell(tmp_path):
+  nb = nbformat.v4.new_notebook()
+  nb.cells = [nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell("x = 1"),
+              nbformat.v4.new_code_cell("y = x + 1\nraise ValueError(f'bad {y}')"),
+              nbformat.v4.new_code_cell("z = 3")]
+  with pytest.raises(pytest.fail.Exception) as failure:
+    _execute(nb, "demo.ipynb", tmp_path)
+  assert str(failure.value) == "demo.ipynb: cell 2 ('y = x + 1') failed: ValueError: bad 2"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_and_shows_a_plot(name, tmp_path):
+  nb = nbformat.read(os.path.join(FOLDER, name), as_version=4)
+  nb.cells.append(nbformat.v4.new_code_cell(PROBE))
+  _execute(nb, name, tmp_path)
   executable, package = nb.cells[-1].outputs[0]["text"].split()
   assert os.path.realpath(executable) == os.path.realpath(sys.executable), executable
   assert os.path.realpath(package).startswith(os.path.realpath(ROOT) + os.sep), package
-  # The install cell found the package and did not install anything.
+  # The install cell found the package and did not run pip (which always prints).
   install = nb.cells[2]
   assert "%pip install" in install.source
-  assert not install.outputs, install.outputs
+  assert not any("pip" in o.get("text", "") or "install" in o.get("text", "")
+                 for o in install.outputs), install.outputs
   images = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
             if "image/png" in o.get("data", {})]
   assert images, f"{name} shows no plot"
