@@ -36,8 +36,8 @@ try:
 except ImportError:
   %pip install --quiet {{PACKAGE_URL}}"""
 
-# Prepended to each notebook's first code cell after the install: plots inline, and a
-# fixed CPU default that a user can delete to run on an accelerator.
+# Prepended to each notebook's first code cell after the install: inline plots and the
+# imports every notebook uses.
 SETUP = """\
 %matplotlib inline
 import matplotlib.pyplot as plt
@@ -161,7 +161,8 @@ naive = kr.baselines.naive(t, x, y)
 grid = kr.evaluation_grid(t, 0.05, 100)          # between the 5% and 95% dose quantiles
 truth = true_effect(grid)
 for name, curve in (("two-stage", fit.effect(grid)), ("naive", naive(grid))):
-  print(f"{name:>9}: integrated squared error {float(kr.integrated_squared_error(curve, truth)):.3f}")
+  ise = float(kr.integrated_squared_error(curve, truth))
+  print(f"{name:>9}: integrated squared error {ise:.3f}")
 chosen.hyper
 """),
     ("code", """
@@ -178,8 +179,9 @@ plt.show()
     ("md", """
 ## At scale
 For large tables pass `solver="nystrom"` (with `key=` and `num_landmarks=`) or
-`solver="cg"` to both `fit_two_stage` and the selection's `max_n` subsample. The
-paper-scale experiment is `python -m experiments.main
+`solver="cg"` to `fit_two_stage`; `select_two_stage` scores its grid on a random
+subsample of `SelectionGrid(max_n=...)` rows (2000 by default). The paper-scale
+experiment is `python -m experiments.main
 --config=experiments/configs/kernel_ridge.py:paper --workdir=/tmp/kr_paper`
 (`--config.estimator.solver=nystrom` for n = 10⁵ and more).
 """),
@@ -594,7 +596,8 @@ steps = np.arange(scaled.shape[1])
 ax.plot(steps, scaled.T, lw=0.3, alpha=0.4)
 window = 100
 smooth = np.convolve(scaled.mean(axis=0), np.ones(window) / window, mode="valid")
-ax.plot(steps[window - 1:], smooth, color="C0", lw=2, label=f"mean of chains, {window}-step average")
+ax.plot(steps[window - 1:], smooth, color="C0", lw=2,
+        label=f"mean of chains, {window}-step average")
 ax.axvspan(0, burnin, color="gray", alpha=0.2, label="burn-in")
 ax.axhline(problem.true_llc, color="k", ls="--", label="d / 2")
 ax.axhline(float(est.mean), color="C3", label="estimate")
