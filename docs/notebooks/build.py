@@ -196,8 +196,8 @@ DIVIN = notebook("""
 Classifier-free guidance (CFG) at a high weight w pulls every sample of a class onto
 its dominant mode. DivIn keeps the CFG sampler and changes only where it starts: the
 initial noise is drawn by a few Langevin steps from N(z; 0, I) exp(-τ U(z)), where
-U(z) is the gap between the conditional and unconditional predictions of the clean
-sample. This notebook trains a small class-conditional flow on a 2-D mixture with the
+U(z) is the squared gap between the conditional and unconditional predictions of the
+clean sample. This notebook trains a small class-conditional flow on a 2-D mixture with the
 common training loop (`common.train`), then samples it with CFG and with DivIn.
 
 Mechanism, API and measured claims: [docs/divin.md](../divin.md) (the flow-matching
@@ -234,7 +234,7 @@ A `ConditionalMLP` v(t, x, c) trained with the conditional flow-matching loss on
 linear path, dropping the condition 20% of the time so that the same network also
 gives the unconditional velocity that CFG needs. `steps_per_call=100` runs 100 updates
 per compiled call (same result, less Python overhead for a small model). The loop
-checkpoints into `workdir`; rerunning the cell with the same `workdir` restores.
+checkpoints into `workdir`; training again into the same `workdir` restores.
 """),
     ("code", """
 model = fm.ConditionalMLP(hidden=(64, 64, 64), dim=2)
@@ -242,20 +242,21 @@ num_steps = 1000
 config = train.default_train_config(num_steps=num_steps, batch_size=256, log_every=200,
                                     steps_per_call=100, checkpoint_every=0,
                                     progress_bar=False)
+workdir = tempfile.mkdtemp()
 result = train.train(
     init_fn=lambda key: model.init(key, jnp.zeros((1,)), jnp.zeros((1, 2)),
                                    jnp.zeros((1, num_classes))),
     loss_fn=fm.make_loss_fn(model.apply, path="linear", p_uncond=0.2),
     batch_fn=batch_fn,
     optimizer=optax.adam(optax.cosine_decay_schedule(3e-3, num_steps, alpha=0.05)),
-    config=config, workdir=tempfile.mkdtemp())
+    config=config, workdir=workdir)
 params = result.state.params
 [(row["step"], round(row["loss"], 3)) for row in result.history]
 """),
     ("md", """
 ## Sample: CFG against DivIn at the same guidance weight
 `sample_classes` draws one batch per class with a named method; `w`, `tau` and the
-other strengths are traced, so a sweep compiles once. DivIn runs 30 Langevin steps on
+other strengths are traced, so a sweep over them compiles once per method. DivIn runs 30 Langevin steps on
 the initial noise (step `eta`, inverse temperature `tau`) before the same CFG sampler.
 What to look for: at w = 7, CFG puts most of each class on its heaviest mode (and
 overshoots it outwards); DivIn starts from noise that guidance has to push less and
@@ -439,7 +440,7 @@ AGZO = notebook("""
 # Zeroth-order fine-tuning of a small LM: AGZO against MeZO
 
 Zeroth-order (ZO) fine-tuning estimates the gradient from two forward passes at
-θ ± ε·z, so it needs no backward pass and no activation memory. MeZO draws z
+θ ± ε·z, so it needs no backward pass and its memory stays that of inference. MeZO draws z
 isotropically over all D parameters. AGZO (activation-guided ZO) draws each linear
 layer's perturbation inside the span of that layer's recent inputs, a rank-r subspace
 found by power iteration on the tapped activations, where the true gradient of a
@@ -490,7 +491,8 @@ Each method is an optax chain: the ZO estimator first (it replaces the incoming
 updates with its gradient estimate), then `optax.sgd`. The step size is the ZO-theory
 1/k scaling, `lr = 15 / k`, with k the dimension the perturbations live in: all D
 trainable parameters for MeZO, the rank-r subspaces for AGZO
-(`zo.recipes.perturbation_dimension`). `zo.make_step` jits `tx.update` plus
+(`zo.recipes.perturbation_dimension`); the experiment uses 50 / k on its larger LM,
+which is unstable for AGZO on this tiny one. `zo.make_step` jits `tx.update` plus
 `optax.apply_updates`; both methods see the same batches. With checkpoints, metrics
 and a device mesh, the same `tx` runs through `common.train.train(...,
 gradient_free=True)`.
