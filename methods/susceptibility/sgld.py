@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -227,12 +228,34 @@ def run_chains(loss_fn: Callable[[Any, Any], jax.Array], params: Any,
   if mask is not None and (jax.tree.structure(mask) != jax.tree.structure(params)):
     raise ValueError(f"run_chains: mask has tree structure {jax.tree.structure(mask)}; "
                      f"expected the params' {jax.tree.structure(params)}")
-  steps_per_chain = num_burnin + num_draws * thin
+  sgld(step_size, n_beta, localization, key=key, weight_decay=weight_decay,
+       noise_scale=noise_scale)  # checks the hyperparameters before tracing
+  hyper = dict(step_size=step_size, n_beta=n_beta, localization=localization,
+               weight_decay=weight_decay, noise_scale=noise_scale)
+  return _run_chains(key, params, mask, hyper, loss_fn=loss_fn, batch_fn=batch_fn,
+                     observe_fn=observe_fn, num_chains=num_chains, num_burnin=num_burnin,
+                     num_draws=num_draws, thin=thin,
+                     independent_batches=bool(independent_batches))
 
-  def one_chain(chain_key, chain, params, mask):
+
+# Module level, so that repeated calls with the same functions and sizes reuse one
+# compiled program (a jit defined inside `run_chains` recompiled on every call, which
+# cost more than the chains themselves for a small LM). The hyperparameters are traced:
+# changing them does not recompile either.
+@functools.partial(jax.jit, static_argnames=(
+    "loss_fn", "batch_fn", "observe_fn", "num_chains", "num_burnin", "num_draws", "thin",
+    "independent_batches"))
+def _run_chains(key, params, mask, hyper, *, loss_fn, batch_fn, observe_fn, num_chains,
+                num_burnin, num_draws, thin, independent_batches) -> SGLDTrace:
+  """`run_chains` after its checks: the chains vmapped over one compiled scan."""
+  steps_per_chain = num_burnin + num_draws * thin
+  n_beta, localization = hyper["n_beta"], hyper["localization"]
+  weight_decay = hyper["weight_decay"]
+
+  def one_chain(chain_key, chain):
     offset = chain * steps_per_chain if independent_batches else 0
-    opt = sgld(step_size, n_beta, localization, key=chain_key, weight_decay=weight_decay,
-               mask=mask, noise_scale=noise_scale)
+    opt = sgld(hyper["step_size"], n_beta, localization, key=chain_key,
+               weight_decay=weight_decay, mask=mask, noise_scale=hyper["noise_scale"])
     state = opt.init(params)
 
     def step(carry, s):
@@ -257,10 +280,6 @@ def run_chains(loss_fn: Callable[[Any, Any], jax.Array], params: Any,
     loss, dist, drift = (jnp.concatenate([b, x.reshape(-1)]) for b, x in zip(burn, per_step))
     return SGLDTrace(loss, dist, drift, obs)
 
-  @jax.jit
-  def all_chains(key, params, mask):
-    chains = jnp.arange(num_chains, dtype=jnp.int32)
-    keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(chains)
-    return jax.vmap(one_chain, in_axes=(0, 0, None, None))(keys, chains, params, mask)
-
-  return all_chains(key, params, mask)
+  chains = jnp.arange(num_chains, dtype=jnp.int32)
+  keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(chains)
+  return jax.vmap(one_chain)(keys, chains)
