@@ -29,6 +29,8 @@ These functions act on host or device arrays and are jit-safe except `diagnose` 
 
 from __future__ import annotations
 
+import functools
+
 from typing import NamedTuple
 
 import jax
@@ -64,6 +66,12 @@ def init_loss(loss_fn, params, batch_fn, num_batches: int) -> jax.Array:
   """
   if not isinstance(num_batches, (int, np.integer)) or num_batches < 1:
     raise ValueError(f"init_loss: num_batches={num_batches!r}; expected an int >= 1")
+  return _init_loss(params, loss_fn=loss_fn, batch_fn=batch_fn, num_batches=int(num_batches))
+
+
+@functools.partial(jax.jit, static_argnames=("loss_fn", "batch_fn", "num_batches"))
+def _init_loss(params, *, loss_fn, batch_fn, num_batches):
+  """`init_loss` after its checks, compiled once per (functions, num_batches)."""
   losses = jax.lax.map(lambda s: loss_fn(params, batch_fn(s)),
                        jnp.arange(num_batches, dtype=jnp.int32))
   return jnp.mean(losses)
