@@ -13,11 +13,15 @@ the committed files equal what this script writes.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
+from absl import app
+from absl import flags
 import nbformat
+
+flags.DEFINE_bool("check", False, "Exit 1 if a notebook on disk differs from its cells.")
+FLAGS = flags.FLAGS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -696,10 +700,9 @@ NOTEBOOKS = {
 
 
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--check", action="store_true",
-                      help="exit 1 if a notebook on disk differs from its cells")
-  args = parser.parse_args(argv)
+  if len(argv) > 1:
+    print(f"unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
+    return 2
   stale = []
   for name, nb in NOTEBOOKS.items():
     path = os.path.join(HERE, name)
@@ -708,10 +711,10 @@ def main(argv: list[str]) -> int:
     if old == text:
       continue
     stale.append(name)
-    if not args.check:
+    if not FLAGS.check:
       with open(path, "w", encoding="utf-8") as f:
         f.write(text)
-  if args.check and stale:
+  if FLAGS.check and stale:
     print(f"notebooks differ from docs/notebooks/build.py: {', '.join(stale)}; "
           "run python docs/notebooks/build.py", file=sys.stderr)
     return 1
@@ -719,4 +722,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main(sys.argv[1:]))
+  app.run(main)
