@@ -66,7 +66,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import platform
 import statistics
 import time
 from typing import Callable, NamedTuple
@@ -84,7 +83,7 @@ from common import sharding
 from common import timing
 from common import train as train_lib
 from common.data import tables
-from experiments.benchmarks import cpu_model
+from experiments.benchmarks import machine_line
 from methods.qtab import generator as gen_lib
 from methods.qtab import metrics
 from methods.qtab import model as model_lib
@@ -103,6 +102,7 @@ flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads (0: the machine'
 flags.DEFINE_bool("tiny", False, "A seconds-long run: 300 rows, 1 epoch, 1 repeat, small "
                   "networks.")
 
+PEERS = ("torch", "ctgan")
 TEST_FRACTION, MAX_CATEGORIES = 0.25, 64  # the experiment's
 
 
@@ -437,14 +437,12 @@ def describe(sizes: QTabSizes) -> str:
 
 
 def setup_torch(threads: int) -> str:
-  """Sets torch's threads; the versions line of the header."""
-  import ctgan  # pylint: disable=import-outside-toplevel
+  """Sets torch's threads; the threads part of the header."""
+  import ctgan  # pylint: disable=import-outside-toplevel,unused-import
   import torch  # pylint: disable=import-outside-toplevel
   torch.set_num_threads(threads or os.cpu_count())
   logging.getLogger("rdt").setLevel(logging.WARNING)  # a notice per column per fit
-  return (f"python {platform.python_version()}, jax {jax.__version__}, torch "
-          f"{torch.__version__} ({torch.get_num_threads()} threads), ctgan {ctgan.__version__} "
-          "(CTGAN, TVAE)")
+  return f"torch {torch.get_num_threads()} threads, ctgan's CTGAN and TVAE"
 
 
 def load(name: str, max_rows: int, seed: int) -> tuple[tables.Table, tables.Table]:
@@ -465,6 +463,7 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 def main(argv):
   del argv
+  print(machine_line(PEERS), flush=True)
   tiny = FLAGS.tiny
   sizes, others = TINY if tiny else QUICK, peers(tiny)
   epochs, repeats = (1, 1) if tiny else (FLAGS.epochs, FLAGS.repeats)
@@ -479,8 +478,7 @@ def main(argv):
   if n < max(sizes.tok_batch, sizes.gen_batch):
     config_lib.die(f"table {FLAGS.table} has {n} training rows, fewer than Q-Tab's batch "
                    f"size {max(sizes.tok_batch, sizes.gen_batch)}: a larger table or --max_rows")
-  print(f"# CPU: {cpu_model()}; load average {os.getloadavg()[0]:.2f}; {versions}; "
-        f"float32; table {FLAGS.table}: {n} training + {len(test.frame)} held-out rows, "
+  print(f"# {versions}; float32; table {FLAGS.table}: {n} training + {len(test.frame)} held-out rows, "
         f"{epochs} epochs, {repeats} repeats{' (tiny)' if tiny else ''}")
   print(f"# {describe(sizes)}")
   for peer in others:
