@@ -33,7 +33,6 @@ from absl import app
 from absl import flags
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from common import config as config_lib
 from common.models import transformer
