@@ -65,7 +65,9 @@ The ratios are ours / TRL for tokens/s and TRL / ours for step time (> 1: ours f
   and detokenising), a step the time from one rollout's start to the next's.
 
 ``--tiny`` runs the shared LM's ``tiny`` shape, 2 prompts x G = 2, 4 tokens, 1 warm-up and
-1 timed step per side, in seconds (the suite's smoke test).
+1 timed step per side, torch on 1 thread unless ``--torch_threads`` says otherwise, in
+seconds (the suite's smoke test, which runs beside the rest of the suite: a 2-thread
+pool on a busy 2-core machine stalls).
 """
 
 from __future__ import annotations
@@ -410,7 +412,7 @@ def main(argv):
                    "this benchmark")
   import torch
 
-  torch.set_num_threads(FLAGS.torch_threads or os.cpu_count())
+  torch.set_num_threads(FLAGS.torch_threads or (1 if FLAGS.tiny else os.cpu_count()))
   torch.manual_seed(FLAGS.seed)
   seed = FLAGS.seed
   if FLAGS.tiny:

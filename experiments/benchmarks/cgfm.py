@@ -48,7 +48,8 @@ runs on the unpadded graph (it needs no static shapes); ours runs on the padded 
 (sizes rounded up to a multiple of 32 per sample), a cost of ``jit`` that is counted.
 A markdown table for docs/benchmarks.md comes last. ``--tiny`` uses the tiny preset's
 mesh and hierarchy (150 nodes, one coarse level) with batch 2, one configuration, 1 block
-of 1 step, in seconds (the suite's smoke test); the peer checks run as at full size.
+of 1 step, torch on 1 thread unless ``--torch_threads`` says otherwise, in seconds (the
+suite's smoke test, beside the rest of the suite); the peer checks run as at full size.
 """
 
 from __future__ import annotations
@@ -450,7 +451,7 @@ def main(argv):
   flag_values = {"batch_size": FLAGS.batch_size, "tiny": FLAGS.tiny}
   config = base_config(FLAGS.num_points)
   small = config.data.num_points
-  threads = FLAGS.torch_threads or num_cores()
+  threads = FLAGS.torch_threads or (1 if FLAGS.tiny else num_cores())
   repeats, steps = (1, 1) if FLAGS.tiny else (FLAGS.repeats, FLAGS.steps)
   large = [] if FLAGS.tiny or FLAGS.large_points == small else [FLAGS.large_points]
   rows, notes = [], []

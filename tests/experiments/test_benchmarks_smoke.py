@@ -66,7 +66,10 @@ def test_benchmark_runs_tiny(name):
   for peer in _peers(_source(name)) or ():
     if importlib.util.find_spec(peer) is None:
       pytest.skip(f"peer {peer} not installed (pip install -e '.[bench]')")
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  # One torch thread: beside the suite's other worker a 2-thread pool stalls on a
+  # 2-core machine (docs/benchmarks.md); benchmarks that set torch's threads themselves
+  # use 1 under --tiny.
+  env = dict(os.environ, JAX_PLATFORMS="cpu", OMP_NUM_THREADS="1")
   proc = subprocess.run([sys.executable, "-m", f"experiments.benchmarks.{name}", "--tiny"],
                         cwd=REPO, env=env, capture_output=True, text=True,
                         timeout=TIMEOUT_S, check=False)
