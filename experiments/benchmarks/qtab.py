@@ -479,8 +479,8 @@ def main(argv):
   if n < max(sizes.tok_batch, sizes.gen_batch):
     config_lib.die(f"table {FLAGS.table} has {n} training rows, fewer than Q-Tab's batch "
                    f"size {max(sizes.tok_batch, sizes.gen_batch)}: a larger table or --max_rows")
-  print(f"# {versions}; float32; table {FLAGS.table}: {n} training + {len(test.frame)} held-out rows, "
-        f"{epochs} epochs, {repeats} repeats{' (tiny)' if tiny else ''}")
+  print(f"# {versions}; float32; table {FLAGS.table}: {n} training + {len(test.frame)} "
+        f"held-out rows, {epochs} epochs, {repeats} repeats{' (tiny)' if tiny else ''}")
   print(f"# {describe(sizes)}")
   for peer in others:
     print(f"# {peer.name}: {peer.sizes}, enable_gpu=False")

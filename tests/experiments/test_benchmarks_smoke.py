@@ -10,6 +10,7 @@ define the same names (``--repeats``), which would clash in one process.
 """
 
 import ast
+import importlib.metadata
 import importlib.util
 import os
 import pkgutil
@@ -51,6 +52,18 @@ def test_benchmarks_are_discovered():
   assert len(NAMES) >= 19 and "lm" in NAMES, NAMES
 
 
+def test_machine_line_records_cpu_flags_and_versions():
+  line = benchmarks.machine_line(("sklearn", "no_such_peer_pkg"))
+  assert line.startswith("# machine: " + benchmarks.cpu_model())
+  assert set(benchmarks.cpu_flags()) <= set(benchmarks.SIMD_FLAGS)
+  if benchmarks.cpu_flags():
+    assert "SIMD " + " ".join(benchmarks.cpu_flags()) in line
+  # An import name that differs from its distribution's name resolves to it.
+  assert f"sklearn {importlib.metadata.version('scikit-learn')}" in line
+  assert f"jaxlib {importlib.metadata.version('jaxlib')}" in line
+  assert line.endswith("no_such_peer_pkg not installed")
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_benchmark_declares_peers_and_a_tiny_flag(name):
   tree = _source(name)
@@ -73,7 +86,8 @@ def test_benchmark_runs_tiny(name):
   proc = subprocess.run([sys.executable, "-m", f"experiments.benchmarks.{name}", "--tiny"],
                         cwd=REPO, env=env, capture_output=True, text=True,
                         timeout=TIMEOUT_S, check=False)
-  assert proc.returncode == 0, f"{name} --tiny failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+  assert proc.returncode == 0, (
+      f"{name} --tiny failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
   first = proc.stdout.lstrip().splitlines()[0] if proc.stdout.strip() else ""
   assert first.startswith("# machine: ") and benchmarks.cpu_model() in first, (
       f"{name} did not print the machine line first:\n{proc.stdout[:500]}")
