@@ -35,8 +35,9 @@ table: estimate ± standard error and median wall time per side, and the wall-ti
 ratio devinterp / ours (> 1: ours is faster).
 
 ``--tiny`` sets the sizes of ``TINY`` (2 chains of 10 draws, batch 4 x 8, a pool of 16,
-1 repeat) and trains the LM for only 30 steps (into ``workdir/lm_tiny``), in seconds (the
-suite's smoke test); its estimates carry no meaning beyond that the code runs.
+1 repeat) and trains the LM for only 30 steps, in a fresh temporary folder instead of
+``workdir`` (a cached LM of another config would be refused), in seconds (the suite's
+smoke test); its estimates carry no meaning beyond that the code runs.
 """
 
 from __future__ import annotations
@@ -181,10 +182,10 @@ def main(argv):
     config_lib.die("--step_size must be > 0 and --localization, --n_beta >= 0")
   import torch  # pylint: disable=import-outside-toplevel
   import methods.susceptibility as sus  # pylint: disable=import-outside-toplevel
-  trained = lm_lib.load_or_train(
-      _lm_config(), os.path.join(FLAGS.workdir, "lm_tiny" if FLAGS.tiny else "lm"))
+  workdir = tempfile.mkdtemp(prefix="bench_susceptibility_") if FLAGS.tiny else FLAGS.workdir
+  trained = lm_lib.load_or_train(_lm_config(), os.path.join(workdir, "lm"))
   model, params = trained.model, jax.device_get(trained.params)
-  hf_path = os.path.join(FLAGS.workdir, "hf")
+  hf_path = os.path.join(workdir, "hf")
   hf.save_hf_checkpoint(hf_path, params, model.config)
   pool = text.window_batch(trained.corpus.train, FLAGS.seed, 0, FLAGS.pool,
                            FLAGS.seq_len)["tokens"]
