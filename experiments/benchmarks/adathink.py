@@ -1,7 +1,7 @@
 """Benchmark: our GRPO (JAX, common/rl) vs TRL's GRPOTrainer (PyTorch) on the same model and work.
 
   python -m experiments.benchmarks.adathink [--repeats=5] [--warmup=1] [--prompts=4]
-      [--group_size=8] [--max_new_tokens=48] [--torch_threads=0]
+      [--group_size=8] [--max_new_tokens=48] [--torch_threads=0] [--tiny]
 
 (needs the ``bench`` extra: ``pip install -e '.[test,bench]'``, which adds torch,
 transformers, trl and google-tunix; nothing at run time imports them; without tunix the
@@ -63,14 +63,17 @@ The ratios are ours / TRL for tokens/s and TRL / ours for step time (> 1: ours f
   on both sides). It runs after TRL, not interleaved, with its own ``warmup`` +
   ``repeats`` steps; generation is its ``RLCluster.generate`` call (tokenising, sampling
   and detokenising), a step the time from one rollout's start to the next's.
+
+``--tiny`` runs the shared LM's ``tiny`` shape, 2 prompts x G = 2, 4 tokens, 1 warm-up and
+1 timed step per side, torch on 1 thread unless ``--torch_threads`` says otherwise, in
+seconds (the suite's smoke test, which runs beside the rest of the suite: a 2-thread
+pool on a busy 2-core machine stalls).
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -84,7 +87,6 @@ import numpy as np
 import optax
 
 from common import config as config_lib
-from experiments.benchmarks import cpu_model
 from common import lm as lm_lib
 from common import sharding
 from common import train as train_lib
@@ -94,6 +96,7 @@ from common.models import sampling
 from common.models import transformer
 from common.rl import grpo
 from common.rl import rollout
+from experiments.benchmarks import machine_line
 from methods.adathink import data
 
 FLAGS = flags.FLAGS
@@ -106,6 +109,12 @@ flags.DEFINE_float("learning_rate", 1e-5, "AdamW learning rate (both sides)")
 flags.DEFINE_float("kl_coef", 1e-2, "k3 KL coefficient (TRL's beta); 0 drops the reference")
 flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads for TRL (0: the core count)")
 flags.DEFINE_integer("seed", 0, "weights, task and sampling seed")
+flags.DEFINE_bool("tiny", False, "a seconds-long run: the LM's tiny shape, 2 prompts x G = 2, "
+                  "4 tokens, 1 warm-up + 1 timed step")
+
+# tunix is optional (its columns are left out without it), so it is not listed here; its
+# version goes into the machine line all the same.
+PEERS = ("torch", "transformers", "trl", "datasets")
 
 EOS_ID = 0  # byte 0 never occurs in the task's text: the end (and padding) token of both sides
 
@@ -144,12 +153,13 @@ def byte_tokenizer():
                                               pad_token=chars[EOS_ID], padding_side="left")
 
 
-def _models(seed):
-  """Our random Llama and its export opened by transformers: (model, params, folder, hf)."""
+def _models(seed, preset):
+  """Our random Llama of the shared LM's ``preset`` shape and its export opened by
+  transformers: (model, params, folder, hf, the largest logit gap)."""
   import torch
   import transformers
 
-  config = lm_lib.model_config(lm_lib.get_config("quick"))
+  config = lm_lib.model_config(lm_lib.get_config(preset))
   model = transformer.Transformer(config)
   params = transformer.init_params(model, jax.random.PRNGKey(seed))
   folder = hf.save_hf_checkpoint(tempfile.mkdtemp(prefix="bench_adathink_"), params, config)
@@ -376,20 +386,10 @@ def _print_table(measured, warmup, b, g, n):
       for k, v in measured.items() if k.endswith("generate")) + f" (of {b * g * n} at most)")
 
 
-def _versions(torch_threads, with_tunix):
+def _versions(torch_threads):
   import flax
-  import torch
-  import transformers
-  import trl
-
-  cpu = cpu_model()
-  return (f"CPU {cpu}, load average "
-          f"{tuple(round(x, 2) for x in os.getloadavg())}; python "
-          f"{platform.python_version()}, jax {jax.__version__}, flax {flax.__version__}, "
-          f"optax {optax.__version__}, torch {torch.__version__} ({torch_threads} threads), "
-          f"transformers {transformers.__version__}, trl {trl.__version__}"
-          + (f", google-tunix {importlib.metadata.version('google-tunix')}" if with_tunix
-             else ", google-tunix not installed"))
+  return (f"flax {flax.__version__}, optax {optax.__version__}, torch {torch_threads} "
+          f"threads")
 
 
 def parse_flags(argv):
@@ -406,19 +406,25 @@ def parse_flags(argv):
 
 def main(argv):
   del argv
+  print(machine_line(PEERS + ("tunix",)), flush=True)
   if importlib.util.find_spec("trl") is None:
     config_lib.die("trl is not installed; run `make bench` (installs the bench extra) to run "
                    "this benchmark")
   import torch
 
-  torch.set_num_threads(FLAGS.torch_threads or os.cpu_count())
+  torch.set_num_threads(FLAGS.torch_threads or (1 if FLAGS.tiny else os.cpu_count()))
   torch.manual_seed(FLAGS.seed)
-  b, g, n, seed = FLAGS.prompts, FLAGS.group_size, FLAGS.max_new_tokens, FLAGS.seed
-  model, params, folder, hf_model, gap = _models(seed)
+  seed = FLAGS.seed
+  if FLAGS.tiny:
+    b, g, n, warmup, repeats, preset = 2, 2, 4, 1, 1, "tiny"
+  else:
+    b, g, n = FLAGS.prompts, FLAGS.group_size, FLAGS.max_new_tokens
+    warmup, repeats, preset = FLAGS.warmup, FLAGS.repeats, "quick"
+  model, params, folder, hf_model, gap = _models(seed, preset)
   cases = _cases(seed)
   print("# AdaThink GRPO benchmark: ours vs TRL GRPOTrainer (and tunix), float32 CPU")
   with_tunix = importlib.util.find_spec("tunix") is not None
-  print(_versions(torch.get_num_threads(), with_tunix))
+  print(_versions(torch.get_num_threads()))
   print(f"model: {transformer.num_params(params) / 1e6:.2f}M params ({model.config.d_model} "
         f"wide, {model.config.num_layers} layers); {len(cases)} prompts in the pool; "
         f"max |logit gap| ours vs transformers: {gap:.2e}")
@@ -427,13 +433,13 @@ def main(argv):
   measured = {"ours_generate": [], "theirs_generate": [], "ours_step": [], "theirs_step": []}
   _timed_generate(hf_model, measured["theirs_generate"])
   trainer = _trainer(hf_model, folder, cases, b, g, n, FLAGS.learning_rate, FLAGS.kl_coef,
-                     seed, FLAGS.warmup + FLAGS.repeats,
+                     seed, warmup + repeats,
                      _interleaved_callback(ours_generate, ours_step, measured))
   trainer.train()
   if with_tunix:
     measured.update(_tunix(folder, model.config, cases, b, g, n, FLAGS.learning_rate,
-                           FLAGS.kl_coef, seed, FLAGS.warmup + FLAGS.repeats))
-  _print_table(measured, FLAGS.warmup, b, g, n)
+                           FLAGS.kl_coef, seed, warmup + repeats))
+  _print_table(measured, warmup, b, g, n)
   sys.stdout.flush()
 
 

@@ -38,7 +38,6 @@ cell of the batch converges). The load average is printed: the machine may be sh
 from __future__ import annotations
 
 import os
-import platform
 import time
 
 from absl import app
@@ -50,7 +49,7 @@ import numpy as np
 from common import config as config_lib
 from common import physics
 from common import timing
-from experiments.benchmarks import cpu_model
+from experiments.benchmarks import machine_line
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("sizes", ["32", "64", "128"], "Elements per side n.")
@@ -59,6 +58,8 @@ flags.DEFINE_integer("repeats", 5, "Timed runs per side (medians reported).")
 flags.DEFINE_list("preconditioners", ["multigrid"], "Our preconditioners to time.")
 flags.DEFINE_integer("seed", 0, "Seed of the cells.")
 flags.DEFINE_bool("tiny", False, "A seconds-long run: sizes 8,16, batch 2, 1 repeat.")
+
+PEERS = ("scipy",)  # a runtime dependency: listed for its version in the machine line
 
 MATERIAL = physics.Material(alpha_void=2.0)
 GAUSS = (0.5 - 0.5 / np.sqrt(3.0), 0.5 + 0.5 / np.sqrt(3.0))
@@ -201,14 +202,11 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 def main(argv):
   del argv
-  import scipy  # pylint: disable=import-outside-toplevel
-
+  print(machine_line(PEERS), flush=True)
   jax.config.update("jax_enable_x64", True)
   sizes = [8, 16] if FLAGS.tiny else [int(s) for s in FLAGS.sizes]
   batch, repeats = (2, 1) if FLAGS.tiny else (FLAGS.batch, FLAGS.repeats)
-  print(f"# CPU: {cpu_model()}; load average {os.getloadavg()[0]:.2f}; python "
-        f"{platform.python_version()}, jax {jax.__version__}, numpy {np.__version__}, "
-        f"scipy {scipy.__version__}; float64, batch {batch}, {repeats} repeats")
+  print(f"numpy {np.__version__}; float64, batch {batch}, {repeats} repeats")
   print("| n | ours | ours (cells/s) | scipy splu (cells/s) | ours / scipy | "
         "CG its max (mean) | compile (s) | max rel. gap |")
   print("|---|---|---|---|---|---|---|---|")

@@ -1,7 +1,7 @@
 """Benchmark: the CGFM vector-field network's training step, ours (JAX) vs a PyTorch peer.
 
   python -m experiments.benchmarks.cgfm [--num_points=400] [--large_points=2000]
-      [--batch_size=8] [--repeats=5] [--steps=10] [--seed=0] [--torch_threads=0]
+      [--batch_size=8] [--repeats=5] [--steps=10] [--seed=0] [--torch_threads=0] [--tiny]
 
 (torch is a benchmark-only dependency, installed by ``make bench``; nothing at run time
 imports it.) Figures go to docs/benchmarks.md.
@@ -46,7 +46,10 @@ compiler's own memory, so compare JAX's compiled figure with torch's RSS delta o
 roughly). Each (side, model, size) runs in its own freshly spawned process. The peer
 runs on the unpadded graph (it needs no static shapes); ours runs on the padded one
 (sizes rounded up to a multiple of 32 per sample), a cost of ``jit`` that is counted.
-A markdown table for docs/benchmarks.md comes last.
+A markdown table for docs/benchmarks.md comes last. ``--tiny`` uses the tiny preset's
+mesh and hierarchy (150 nodes, one coarse level) with batch 2, one configuration, 1 block
+of 1 step, torch on 1 thread unless ``--torch_threads`` says otherwise, in seconds (the
+suite's smoke test, beside the rest of the suite); the peer checks run as at full size.
 """
 
 from __future__ import annotations
@@ -55,7 +58,6 @@ import concurrent.futures
 import importlib.util
 import multiprocessing
 import os
-import platform
 import resource
 import sys
 import time
@@ -65,6 +67,7 @@ from absl import flags
 import numpy as np
 
 from common import config as config_lib
+from experiments.benchmarks import machine_line
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_points", None, "Mesh nodes (target) of the small configuration "
@@ -76,6 +79,10 @@ flags.DEFINE_integer("steps", 10, "Training steps per timed block.")
 flags.DEFINE_integer("seed", 0, "Seed of the states, conditions and parameters.")
 flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads for the peer (0: the cores "
                      "JAX can use, the default and the fair setting on an idle machine).")
+flags.DEFINE_bool("tiny", False, "A seconds-long run: the tiny preset's mesh (150 nodes, one "
+                  "coarse level), batch 2, one configuration, 1 block of 1 step.")
+
+PEERS = ("torch",)
 
 LEARNING_RATE = 1e-3
 NUM_CHANNELS = 3
@@ -89,10 +96,13 @@ def num_cores() -> int:
     return os.cpu_count() or 1
 
 
-def base_config(num_points: int):
+def base_config(num_points: int | None = None):
+  """The preset's config (tiny under --tiny, else quick) with the flags' overrides."""
   from experiments.configs import cgfm as config_module
-  config = config_module.get_config("quick")
-  config.data.num_points = int(num_points)
+  config = config_module.get_config("tiny" if FLAGS.tiny else "quick")
+  config.data.num_points = int(num_points or config.data.num_points)
+  if FLAGS.tiny:
+    config.train.batch_size = 2
   if FLAGS.batch_size is not None:
     config.train.batch_size = FLAGS.batch_size
   return config
@@ -214,8 +224,8 @@ def run_ours(kind: str, num_points: int, seed: int, repeats: int, steps: int,
   batch = jax.device_put({"graph": cgfm.graphs.broadcast(graph, b), "x1": x1,
                           "cond": prob["cond"]})
   rss0 = _rss_kib()
-  params = model.init(jax.random.PRNGKey(seed), graph, 0.0,
-                      jnp.zeros((n_pad, NUM_CHANNELS)), jnp.zeros(1))
+  params = jax.jit(model.init)(jax.random.PRNGKey(seed), graph, 0.0,
+                               jnp.zeros((n_pad, NUM_CHANNELS)), jnp.zeros(1))
   init_params = jax.device_get(params)
   optimizer = optax.adam(LEARNING_RATE)
   opt_state = optimizer.init(params)
@@ -434,18 +444,19 @@ def _mib(num_bytes) -> str:
 
 def main(argv):
   del argv
+  print(machine_line(PEERS), flush=True)
   if importlib.util.find_spec("torch") is None:
     config_lib.die("torch is not installed; run `make bench` (installs the bench extra) "
                    "to run this benchmark")
-  flag_values = {"batch_size": FLAGS.batch_size}
-  from experiments.configs import cgfm as config_module
-  small = FLAGS.num_points or config_module.get_config("quick").data.num_points
-  config = base_config(small)
-  threads = FLAGS.torch_threads or num_cores()
-  sizes = [small] + ([FLAGS.large_points] if FLAGS.large_points != small else [])
+  flag_values = {"batch_size": FLAGS.batch_size, "tiny": FLAGS.tiny}
+  config = base_config(FLAGS.num_points)
+  small = config.data.num_points
+  threads = FLAGS.torch_threads or (1 if FLAGS.tiny else num_cores())
+  repeats, steps = (1, 1) if FLAGS.tiny else (FLAGS.repeats, FLAGS.steps)
+  large = [] if FLAGS.tiny or FLAGS.large_points == small else [FLAGS.large_points]
   rows, notes = [], []
-  for num_points in sizes:
-    args = (num_points, FLAGS.seed, FLAGS.repeats, FLAGS.steps)
+  for num_points in [small] + large:
+    args = (num_points, FLAGS.seed, repeats, steps)
     print(f"num_points={num_points}: ours single-level ...", file=sys.stderr, flush=True)
     single = run_isolated(run_ours, "single", *args, flag_values)
     print(f"num_points={num_points}: ours hierarchical ...", file=sys.stderr, flush=True)
@@ -472,13 +483,12 @@ def main(argv):
         f"{peer['loss']:.3f}; compile s: single {single['compile_s']:.1f}, hierarchical "
         f"{hier['compile_s']:.1f}")
   v, model = {**single["versions"], **peer["versions"]}, config.model
-  print(f"load average {os.getloadavg()}; python {platform.python_version()}, jax {v['jax']} "
-        f"({v['backend']}, {threads} cores), torch {v['torch']} ({v['threads']} threads, "
+  print(f"jax backend {v['backend']} ({threads} cores), torch ({v['threads']} threads, "
         f"eager); latent {model.latent}, mlp_layers {model.mlp_layers}, "
         f"blocks_per_level {model.blocks_per_level} (single-level: "
         f"{len(model.coarsening_ratios) * 2 + 1} x that), coarsening_ratios "
         f"{tuple(model.coarsening_ratios)}, batch {config.train.batch_size}, float32; "
-        f"median [min-max] of {FLAGS.repeats} blocks of {FLAGS.steps} steps")
+        f"median [min-max] of {repeats} blocks of {steps} steps")
   print("\n".join(notes))
   print()
   print("| mesh | ours single-level ms/step | torch single-level ms/step | torch / ours "

@@ -1,7 +1,7 @@
 """Benchmark: our OpenAI-compatible server vs the local backend called directly.
 
   python -m experiments.benchmarks.experience_library [--lm_workdir=DIR] [--requests=48]
-      [--repeats=5] [--max_tokens=64] [--batch_size=8] [--batch_wait_ms=2]
+      [--repeats=5] [--max_tokens=64] [--batch_size=8] [--batch_wait_ms=2] [--tiny]
 
 The experience-library method (TSGD) calls its solver and reflector through the
 `TextModel` interface; at paper scale that is an HTTP server. This measures what the
@@ -34,15 +34,15 @@ rounds that interleave the sides; per run, requests/s and completion tokens/s (t
 by the checkpoint's tokenizer) over the wall time of all requests, and the p50/p90/p99
 of per-request latency; medians over rounds. The HTTP overhead ratio is direct
 requests/s / server requests/s at the same concurrency (c = 8: against the batched
-direct call); > 1 means the server is slower.
+direct call); > 1 means the server is slower. ``--tiny`` runs the LM's tiny preset,
+4 requests of <= 4 tokens, batch size and concurrency 2, 1 round, in seconds (the
+suite's smoke test).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import importlib.metadata
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -54,7 +54,6 @@ import jax
 import numpy as np
 
 from common import config as config_lib
-from experiments.benchmarks import cpu_model
 from common import lm as lm_lib
 from common import llm
 from common.data import text
@@ -62,6 +61,7 @@ from common.data import tokenizers
 from common.models import hf
 from common.models import transformer
 from experiments import serve_lm
+from experiments.benchmarks import machine_line
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("lm_workdir", "", "Workdir of a trained LM checkpoint (empty: random init).")
@@ -73,13 +73,18 @@ flags.DEFINE_integer("batch_size", 8, "Batch size of the local backend, on both 
 flags.DEFINE_integer("concurrency", 8, "Client threads of the concurrent runs.")
 flags.DEFINE_float("batch_wait_ms", 2.0, "The server's --batch_wait_ms.")
 flags.DEFINE_integer("seed", 0, "Weights and prompt seed.")
+flags.DEFINE_bool("tiny", False, "A seconds-long run: the tiny LM, 4 requests of <= 4 tokens, "
+                  "batch size and concurrency 2, 1 round.")
+
+PEERS = ()  # the peer is our own backend called in-process; the server's stack is below
+SERVER_PACKAGES = ("flax", "fastapi", "starlette", "uvicorn", "pydantic", "httpx")
 
 END_ID = 10  # the newline ends a completion (save_byte_tokenizer's default)
 
 
-def _checkpoint(folder: str) -> tuple[str, int]:
+def _checkpoint(folder: str, preset: str) -> tuple[str, int]:
   """The LM exported as an HF folder with its tokenizer.json: (folder, parameters)."""
-  lm_config = lm_lib.get_config(FLAGS.lm_preset)
+  lm_config = lm_lib.get_config(preset)
   if FLAGS.lm_workdir:
     trained = lm_lib.load_or_train(lm_config, FLAGS.lm_workdir)
     model, params = trained.model, trained.params
@@ -185,12 +190,7 @@ def _print_table(rounds: dict, c: int) -> None:
 
 
 def _versions() -> str:
-  cpu = cpu_model()
-  packages = ", ".join(f"{p} {importlib.metadata.version(p)}"
-                       for p in ("flax", "fastapi", "starlette", "uvicorn", "pydantic", "httpx"))
-  return (f"CPU {cpu}, load average "
-          f"{tuple(round(x, 2) for x in os.getloadavg())}; python {platform.python_version()}, "
-          f"jax {jax.__version__}, {packages}")
+  return ", ".join(f"{p} {importlib.metadata.version(p)}" for p in SERVER_PACKAGES)
 
 
 def parse_flags(argv):
@@ -206,27 +206,33 @@ def parse_flags(argv):
 
 def main(argv):
   del argv
-  folder, size = _checkpoint(tempfile.mkdtemp(prefix="bench_serve_lm_"))
-  direct = llm.LocalTextModel.from_checkpoint(folder, batch_size=FLAGS.batch_size)
-  prompts = _prompts(FLAGS.requests, FLAGS.seed)
+  print(machine_line(PEERS), flush=True)
+  if FLAGS.tiny:
+    preset, requests, max_tokens, batch_size, concurrency, repeats = "tiny", 4, 4, 2, 2, 1
+  else:
+    preset, requests, max_tokens = FLAGS.lm_preset, FLAGS.requests, FLAGS.max_tokens
+    batch_size, concurrency, repeats = FLAGS.batch_size, FLAGS.concurrency, FLAGS.repeats
+  folder, size = _checkpoint(tempfile.mkdtemp(prefix="bench_serve_lm_"), preset)
+  direct = llm.LocalTextModel.from_checkpoint(folder, batch_size=batch_size)
+  prompts = _prompts(requests, FLAGS.seed)
   print("# Text-model server benchmark: serve_lm over HTTP vs LocalTextModel in-process")
   print(_versions())
   weights = f"trained in {FLAGS.lm_workdir}" if FLAGS.lm_workdir else "random init"
-  print(f"model: {size / 1e6:.2f}M params ({weights}, preset {FLAGS.lm_preset}); "
-        f"{len(prompts)} requests of one prompt, <= {FLAGS.max_tokens} tokens, greedy; "
-        f"batch size {FLAGS.batch_size}")
-  with serve_lm.serving(folder, batch_size=FLAGS.batch_size, model_name="bench",
+  print(f"model: {size / 1e6:.2f}M params ({weights}, preset {preset}); "
+        f"{len(prompts)} requests of one prompt, <= {max_tokens} tokens, greedy; "
+        f"batch size {batch_size}")
+  with serve_lm.serving(folder, batch_size=batch_size, model_name="bench",
                         batch_wait_ms=FLAGS.batch_wait_ms) as url:
     client = llm.HTTPTextModel(url, timeout=300.0, max_retries=0,
-                               max_concurrency=FLAGS.concurrency)
-    sides = _sides(direct, client, FLAGS.max_tokens, FLAGS.concurrency)
-    rounds, texts = _measure(sides, prompts, direct.tokenizer, FLAGS.repeats)
+                               max_concurrency=concurrency)
+    sides = _sides(direct, client, max_tokens, concurrency)
+    rounds, texts = _measure(sides, prompts, direct.tokenizer, repeats)
   reference = texts["direct, c=1"]
   same = all(t == reference for t in texts.values())
   lengths = [len(direct.tokenizer.encode(t)) for t in reference]
   print(f"completion tokens per request: mean {np.mean(lengths):.1f}, min {min(lengths)}, max "
         f"{max(lengths)}; the same texts on every side: {'yes' if same else 'NO'}")
-  _print_table(rounds, FLAGS.concurrency)
+  _print_table(rounds, concurrency)
   sys.stdout.flush()
 
 

@@ -2,7 +2,7 @@
 against plain dual-focal (DFL) training, in our code and in a PyTorch rebuild of the
 paper code's step pattern.
 
-  python -m experiments.benchmarks.fgr [--batch=64] [--steps=200] [--repeats=5]
+  python -m experiments.benchmarks.fgr [--batch=64] [--steps=200] [--repeats=5] [--tiny]
 
 All sides train the quick preset's `SmallCNN` (two 3x3 convs of 16 and 32 channels,
 each followed by 2x2 max-pooling, a 64-unit layer, the 10-way head) on 8x8 digits batches with SGD (momentum 0.9, weight
@@ -21,11 +21,11 @@ warm-up run; ours compiled first, untimed) and the overhead ratios FGR / DFL on 
 side (the issue's target: <= 1.6x), and each side's FGR speed relative to torch's.
 Ours runs both as the experiment's epoch (a `lax.scan` over steps) and as one jitted
 call per step: on CPU XLA runs the scanned body several times slower (as for PPO).
+``--tiny`` runs batch 8, 3 steps, 1 repeat, in seconds (the suite's smoke test).
 """
 
 from __future__ import annotations
 
-import platform
 import statistics
 import time
 
@@ -38,13 +38,16 @@ import numpy as np
 from common import config as config_lib
 from common.data import digits
 from common.models.classifier import SmallCNN
-from experiments.benchmarks import cpu_model
+from experiments.benchmarks import machine_line
 from methods.fgr import training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch", 64, "Batch size (the quick preset's).")
 flags.DEFINE_integer("steps", 200, "Training steps per timed run.")
 flags.DEFINE_integer("repeats", 5, "Timed runs per side (medians reported).")
+flags.DEFINE_bool("tiny", False, "A seconds-long run: batch 8, 3 steps, 1 repeat.")
+
+PEERS = ("torch",)
 
 LR, MOMENTUM, WD, CLIP = 0.05, 0.9, 5e-4, 2.0
 
@@ -177,11 +180,12 @@ def torch_steps(method: str, images, labels, clean) -> float:
 
 def main(argv):
   config_lib.parse_flags_or_die(FLAGS, argv)
+  print(machine_line(PEERS), flush=True)
   import torch
-  print(f"machine: {cpu_model()}; jax {jax.__version__}, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads), python {platform.python_version()}; "
-        f"SmallCNN on 8x8 digits, batch {FLAGS.batch}, {FLAGS.steps} steps per run")
-  data = _batches(FLAGS.steps, FLAGS.batch)
+  batch, steps, repeats = (8, 3, 1) if FLAGS.tiny else (FLAGS.batch, FLAGS.steps, FLAGS.repeats)
+  print(f"torch threads {torch.get_num_threads()}; "
+        f"SmallCNN on 8x8 digits, batch {batch}, {steps} steps per run")
+  data = _batches(steps, batch)
   sides = {"ours, lax.scan epoch": ours,
            "ours, one jitted call per step": lambda *a: ours(*a, scan=False),
            "torch (paper code's pattern)": torch_steps}
@@ -189,7 +193,7 @@ def main(argv):
   for side, fn in sides.items():
     for method in ("dfl", "fgr"):
       rates[side, method] = statistics.median(fn(method, *data)
-                                              for _ in range(FLAGS.repeats))
+                                              for _ in range(repeats))
   torch_side = "torch (paper code's pattern)"
   print("| side | DFL steps/s | FGR steps/s | FGR time / DFL time | FGR speed vs torch |")
   print("|---|---|---|---|---|")

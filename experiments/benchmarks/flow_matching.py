@@ -1,7 +1,7 @@
 """Benchmark: our jit-compiled flow matching vs torchcfm (PyTorch, CPU) on the same MLP.
 
   python -m experiments.benchmarks.flow_matching [--batch_size=256] [--train_steps=200]
-      [--num_samples=10000] [--sample_steps=100] [--repeats=5] [--torch_threads=0]
+      [--num_samples=10000] [--sample_steps=100] [--repeats=5] [--torch_threads=0] [--tiny]
 
 (torch and torchcfm are benchmark-only dependencies; nothing at run time imports them.)
 
@@ -25,20 +25,24 @@ device sync), sampling throughput ``num_samples / seconds``; each is the median 
 badly (threads wait for descheduled siblings); ``--torch_threads=1`` gives the peer
 its best case there. It prints a markdown table with the ratio ours / torchcfm (> 1:
 ours is faster) and, as a sanity check, the final training loss on each side.
+``--tiny`` runs batch 32, 5 steps, 100 samples x 5 Euler steps, 1 repeat, in seconds
+(the suite's smoke test).
 """
 
 from __future__ import annotations
 
-import os
-import platform
 import time
 
 from absl import app
 from absl import flags
 import numpy as np
 
+from experiments.benchmarks import machine_line
+
 # The experiments whose method core this benchmark times (tests/experiments/test_contract.py).
 COVERS = ("dfm_convergence", "divin")
+# torchcfm imports POT (`ot`) for its optimal-transport couplings.
+PEERS = ("torch", "torchcfm", "ot")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch_size", 256, "Training batch size.")
@@ -48,6 +52,8 @@ flags.DEFINE_integer("sample_steps", 100, "Euler steps per sample.")
 flags.DEFINE_integer("repeats", 5, "Timed blocks per measurement (the median is reported).")
 flags.DEFINE_integer("seed", 0, "Seed of the data and the parameters.")
 flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads for the peer (0: torch's default).")
+flags.DEFINE_bool("tiny", False, "A seconds-long run: batch 32, 5 steps, 100 samples x 5 "
+                  "Euler steps, 1 repeat.")
 
 HIDDEN = (256, 256, 256)
 
@@ -176,21 +182,23 @@ def _fmt(r):
 
 def main(argv):
   del argv
-  if min(FLAGS.batch_size, FLAGS.train_steps, FLAGS.num_samples, FLAGS.sample_steps,
-         FLAGS.repeats) < 1:
+  print(machine_line(PEERS), flush=True)
+  if FLAGS.tiny:
+    batch_size, train_steps, num_samples, sample_steps, repeats = 32, 5, 100, 5, 1
+  else:
+    batch_size, train_steps, repeats = FLAGS.batch_size, FLAGS.train_steps, FLAGS.repeats
+    num_samples, sample_steps = FLAGS.num_samples, FLAGS.sample_steps
+  if min(batch_size, train_steps, num_samples, sample_steps, repeats) < 1:
     from common import config as config_lib
     config_lib.die("--batch_size, --train_steps, --num_samples, --sample_steps and "
                    "--repeats must all be >= 1")
   import jax
-  data = batches(FLAGS.train_steps, FLAGS.batch_size, FLAGS.seed)
-  ours = bench_ours(data, FLAGS.num_samples, FLAGS.sample_steps, FLAGS.repeats, FLAGS.seed)
-  peer = bench_torchcfm(data, FLAGS.num_samples, FLAGS.sample_steps, FLAGS.repeats,
-                        FLAGS.seed)
-  print(f"load average {os.getloadavg()}; python {platform.python_version()}, jax {jax.__version__} "
-        f"({jax.default_backend()}), torch {peer[3]} ({peer[4]} threads); "
-        f"MLP {HIDDEN}, batch {FLAGS.batch_size}, {FLAGS.train_steps} steps/block, "
-        f"{FLAGS.num_samples} samples x {FLAGS.sample_steps} Euler steps, "
-        f"median of {FLAGS.repeats}")
+  data = batches(train_steps, batch_size, FLAGS.seed)
+  ours = bench_ours(data, num_samples, sample_steps, repeats, FLAGS.seed)
+  peer = bench_torchcfm(data, num_samples, sample_steps, repeats, FLAGS.seed)
+  print(f"jax backend {jax.default_backend()}, torch {peer[4]} threads; "
+        f"MLP {HIDDEN}, batch {batch_size}, {train_steps} steps/block, "
+        f"{num_samples} samples x {sample_steps} Euler steps, median of {repeats}")
   print("| measure | ours (JAX): median [min-max] | torchcfm: median [min-max] | ours / torchcfm |")
   print("|---|---:|---:|---:|")
   print(f"| training steps/s | {_fmt(ours[0])} | {_fmt(peer[0])} | "

@@ -2,6 +2,7 @@
 Stable-Baselines3's PPO on the gymnasium `minigrid` DoorKey, same sizes.
 
   python -m experiments.benchmarks.glance [--env_size=5] [--steps=100000] [--repeats=3]
+      [--tiny]
 
 Both sides train PPO without curiosity on DoorKey-<size>x<size>, 16 environments x 128
 steps per rollout, 4 epochs x 4 minibatches, lr 2.5e-4 annealed, gamma 0.99,
@@ -18,12 +19,13 @@ Figures:
   (b) learning: the success rate of the final policies (sampled actions) over the
       evaluation episodes (ours: those 64 environments finish in 1000 steps; SB3: 200)
       after `--steps` training steps, on both sides.
-SB3 and minigrid come from the `bench` extra.
+SB3 and minigrid come from the `bench` extra. ``--tiny`` trains one rollout's worth
+(2048 steps) per side, once, for both figures, and evaluates SB3 over 16 episodes, in
+seconds (the suite's smoke test).
 """
 
 from __future__ import annotations
 
-import platform
 import statistics
 import time
 
@@ -35,7 +37,7 @@ import numpy as np
 
 from common import config as config_lib
 from common.rl import ppo
-from experiments.benchmarks import cpu_model
+from experiments.benchmarks import machine_line
 from methods.glance import envs, networks
 
 FLAGS = flags.FLAGS
@@ -43,7 +45,10 @@ flags.DEFINE_integer("env_size", 5, "DoorKey grid size (5, 6, 8 or 16).")
 flags.DEFINE_integer("steps", 100_000, "Training steps for the learning comparison.")
 flags.DEFINE_integer("speed_steps", 20_480, "Training steps per timed throughput run.")
 flags.DEFINE_integer("repeats", 3, "Timed throughput runs per side (medians reported).")
+flags.DEFINE_bool("tiny", False, "A seconds-long run: 2048 steps (one rollout) for both "
+                  "figures, 1 repeat, 16 SB3 evaluation episodes.")
 
+PEERS = ("torch", "stable_baselines3", "minigrid", "gymnasium")
 NUM_ENVS, NUM_STEPS = 16, 128
 
 
@@ -136,23 +141,28 @@ def sb3_success(model, vec, episodes: int = 200) -> float:
 
 def main(argv):
   config_lib.parse_flags_or_die(FLAGS, argv)
+  print(machine_line(PEERS), flush=True)
   from importlib import metadata
-  import stable_baselines3
-  import torch
-  print(f"machine: {cpu_model()}; jax {jax.__version__}, torch "
-        f"{torch.__version__}, stable-baselines3 {stable_baselines3.__version__}, minigrid "
-        f"{metadata.version('minigrid')}, xminigrid {metadata.version('xminigrid')}, python "
-        f"{platform.python_version()}; DoorKey-{FLAGS.env_size}x{FLAGS.env_size}, "
-        f"{NUM_ENVS} envs x {NUM_STEPS} steps")
-  mine = [FLAGS.speed_steps / ours(FLAGS.speed_steps, s)[0] for s in range(FLAGS.repeats)]
-  theirs = [FLAGS.speed_steps / sb3(FLAGS.speed_steps, s)[0] for s in range(FLAGS.repeats)]
-  a, b = statistics.median(mine), statistics.median(theirs)
-  print(f"| throughput (env steps/s, median of {FLAGS.repeats}) | ours {a:.0f} | SB3 {b:.0f} "
+  rollout = NUM_ENVS * NUM_STEPS
+  if FLAGS.tiny:
+    steps, speed_steps, repeats, episodes = rollout, rollout, 1, 16
+  else:
+    steps, speed_steps, repeats, episodes = FLAGS.steps, FLAGS.speed_steps, FLAGS.repeats, 200
+  print(f"xminigrid {metadata.version('xminigrid')}; DoorKey-{FLAGS.env_size}x"
+        f"{FLAGS.env_size}, {NUM_ENVS} envs x {NUM_STEPS} steps")
+  mine = [ours(speed_steps, s) for s in range(repeats)]
+  theirs = [sb3(speed_steps, s) for s in range(repeats)]
+  a = statistics.median(speed_steps / run[0] for run in mine)
+  b = statistics.median(speed_steps / run[0] for run in theirs)
+  print(f"| throughput (env steps/s, median of {repeats}) | ours {a:.0f} | SB3 {b:.0f} "
         f"| ours / SB3 {a / b:.1f} |")
-  _, state, env, apply_fn = ours(FLAGS.steps)
-  _, model, vec = sb3(FLAGS.steps)
-  print(f"| success after {FLAGS.steps} steps | ours "
-        f"{ours_success(state, env, apply_fn):.2f} | SB3 {sb3_success(model, vec):.2f} |")
+  # --tiny trains as many steps for both figures: the learning figure reuses the last
+  # throughput run's policies instead of training them again.
+  _, state, env, apply_fn = mine[-1] if FLAGS.tiny else ours(steps)
+  _, model, vec = theirs[-1] if FLAGS.tiny else sb3(steps)
+  print(f"| success after {steps} steps | ours "
+        f"{ours_success(state, env, apply_fn):.2f} | SB3 "
+        f"{sb3_success(model, vec, episodes):.2f} |")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ words) against `galois` (NumPy-backed finite fields, benchmark-only) and a plain
 Python-integer reference.
 
   python -m experiments.benchmarks.interactive_proofs [--log2_sizes=16,18,20,22] \
-      [--sumcheck_vars=10,12,14,16] [--repeats=5]
+      [--sumcheck_vars=10,12,14,16] [--repeats=5] [--tiny]
 
 p = 2^31 - 1 throughout.
   MAC: sum_i a_i b_i mod p over n = 2^k elements. Ours: `PrimeField.dot` (each product
@@ -18,12 +18,12 @@ p = 2^31 - 1 throughout.
       `TableProver`, jitted. Reference: the same algorithm on Python ints (lists), the
       textbook implementation. The messages are checked equal.
 Figures: medians of `--repeats` timed runs after an untimed warm-up (ours compiled
-first), and the ratios peer / ours (> 1: ours is faster).
+first), and the ratios peer / ours (> 1: ours is faster). ``--tiny`` runs n = 2^10 and
+a 6-variable sum-check, 1 repeat, in seconds (the suite's smoke test); the equality
+checks run as at full size.
 """
 
 from __future__ import annotations
-
-import platform
 
 from absl import app
 from absl import flags
@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from common import timing
-from experiments.benchmarks import cpu_model
+from experiments.benchmarks import machine_line
 from methods.interactive_proofs import polynomials as poly
 from methods.interactive_proofs import sumcheck
 from methods.interactive_proofs.field import PrimeField
@@ -40,6 +40,10 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("log2_sizes", ["16", "18", "20", "22"], "log2 of the MAC / MLE sizes.")
 flags.DEFINE_list("sumcheck_vars", ["10", "12", "14", "16"], "Sum-check variables n.")
 flags.DEFINE_integer("repeats", 5, "Timed runs per side (medians reported).")
+flags.DEFINE_bool("tiny", False, "A seconds-long run: n = 2^10, 6 sum-check variables, "
+                  "1 repeat.")
+
+PEERS = ("galois",)
 
 P = 2**31 - 1
 
@@ -112,24 +116,29 @@ def bench_sumcheck(F: PrimeField, n: int, repeats: int) -> dict:
 
 def main(argv):
   del argv
+  print(machine_line(PEERS), flush=True)
   import galois  # pylint: disable=import-outside-toplevel
 
   jax.config.update("jax_enable_x64", True)
   F, GF = PrimeField(P), galois.GF(P)
-  print(f"# CPU: {cpu_model()}; python {platform.python_version()}, jax {jax.__version__}, "
-        f"numpy {np.__version__}, galois {galois.__version__}; p = 2^31 - 1")
+  if FLAGS.tiny:
+    log2_sizes, sumcheck_vars, repeats = [10], [6], 1
+  else:
+    log2_sizes, repeats = [int(k) for k in FLAGS.log2_sizes], FLAGS.repeats
+    sumcheck_vars = [int(n) for n in FLAGS.sumcheck_vars]
+  print(f"numpy {np.__version__}; p = 2^31 - 1")
   print("| n | MAC ours (ms) | MAC galois (ms) | galois / ours | MLE ours (ms) | "
         "MLE galois (ms) | galois / ours |")
   print("|---|---|---|---|---|---|---|")
-  for k in map(int, FLAGS.log2_sizes):
-    r = bench_mac_and_mle(GF, F, k, FLAGS.repeats)
+  for k in log2_sizes:
+    r = bench_mac_and_mle(GF, F, k, repeats)
     print(f"| 2^{k} | {1e3 * r['mac_ours_s']:.3f} | {1e3 * r['mac_galois_s']:.3f} | "
           f"{r['mac_ratio']:.1f}x | {1e3 * r['mle_ours_s']:.3f} | "
           f"{1e3 * r['mle_galois_s']:.3f} | {r['mle_ratio']:.1f}x |")
   print("\n| sum-check n (degree 3) | ours (ms) | Python ints (ms) | Python / ours |")
   print("|---|---|---|---|")
-  for n in map(int, FLAGS.sumcheck_vars):
-    r = bench_sumcheck(F, n, FLAGS.repeats)
+  for n in sumcheck_vars:
+    r = bench_sumcheck(F, n, repeats)
     print(f"| {n} | {1e3 * r['ours_s']:.3f} | {1e3 * r['python_s']:.1f} | {r['ratio']:.0f}x |")
 
 

@@ -1,6 +1,7 @@
 """Benchmark: our two-stage kernel ridge dose-response fit vs the same estimator in scikit-learn.
 
   python -m experiments.benchmarks.kernel_ridge [--ns=2000,8000] [--repeats=5] [--seed=0]
+      [--tiny]
 
 (needs the ``bench`` extra: ``pip install -e '.[test,bench]'``, which adds scikit-learn).
 
@@ -40,7 +41,7 @@ process and its workers): competing processes make multithreaded BLAS/LAPACK tim
 erratic (threads wait for descheduled siblings), so rerun when that share is not near 0.
 Both sides' Cholesky factorisations run in scipy's bundled OpenBLAS (jaxlib's CPU LAPACK
 kernels are scipy's). Memory: a few n x n float64 matrices per side (n = 8000: up to
-~3 GB).
+~3 GB). ``--tiny`` runs n = 64, 1 repeat, in seconds (the suite's smoke test).
 """
 
 from __future__ import annotations
@@ -58,11 +59,15 @@ from absl import flags
 import numpy as np
 
 from common import config as config_lib
+from experiments.benchmarks import machine_line
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("ns", ["2000", "8000"], "Comma-separated sample sizes (each >= 16).")
 flags.DEFINE_integer("repeats", 5, "Timed runs per side and n (>= 1); medians are reported.")
 flags.DEFINE_integer("seed", 0, "PRNG seed of the simulated sample.")
+flags.DEFINE_bool("tiny", False, "A seconds-long run: n = 64, 1 repeat.")
+
+PEERS = ("sklearn",)  # a runtime dependency: listed for its version in the machine line
 
 MIN_N = 16
 GRID_POINTS = 100
@@ -295,10 +300,10 @@ def describe_threadpools(side: str, pools: list[dict]) -> list[str]:
 
 
 def print_header(repeats: int) -> None:
+  print(machine_line(PEERS), flush=True)
   print(f"# two-stage KRR benchmark: ours (JAX) vs scikit-learn, repeats={repeats}, "
         f"seed={FLAGS.seed}", flush=True)
-  print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs "
-        f"({len(os.sched_getaffinity(0))} usable), Python {platform.python_version()}, "
+  print(f"{platform.machine()}, {len(os.sched_getaffinity(0))} usable CPUs, "
         f"numpy {np.__version__}")
   print("env: " + ", ".join(f"{v}={os.environ.get(v, '<unset>')}" for v in ENV_VARS))
   print(f"hyperparameters: {HYPER}; design: overlap={OVERLAP}; grid: "
@@ -333,7 +338,7 @@ def measure(n: int, grid: np.ndarray, repeats: int) -> tuple[dict, str]:
 
 def main(argv):
   del argv
-  ns, repeats = parse_ns(FLAGS.ns), FLAGS.repeats
+  ns, repeats = ([64], 1) if FLAGS.tiny else (parse_ns(FLAGS.ns), FLAGS.repeats)
   grid = evaluation_grid()
   truth = true_effect(grid)
   print_header(repeats)

@@ -2,7 +2,7 @@
 
   python -m experiments.benchmarks.lilo [--comparisons=32,128,512] [--repeats=5]
       [--warmup=3] [--seed=0] [--max_points=128] [--eubo_points=50] [--nei_batches=128] [--q=4]
-      [--mc_samples=256]
+      [--mc_samples=256] [--tiny]
 
 (needs the ``bench`` extra: ``pip install -e '.[test,bench]'``, which adds botorch,
 gpytorch and torch; nothing at run time imports them).
@@ -41,7 +41,8 @@ medians of ``repeats`` wall times as ratios BoTorch / ours (> 1: ours faster) of
 Both sides run in one process, one after the other, each after ``warmup`` untimed calls;
 torch uses its default thread count. The last column is the share of the machine's CPU
 that other processes used while that m ran (/proc/stat minus this process): rerun when
-it is not near 0.
+it is not near 0. ``--tiny`` sets the sizes of ``TINY`` (16 comparisons, 1 repeat, 6 EUBO
+points, 4 qLogNEI batches of 16 samples), in seconds (the suite's smoke test).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from absl import flags
 import numpy as np
 
 from common import config as config_lib
+from experiments.benchmarks import machine_line
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("comparisons", ["32", "128", "512"], "Numbers of comparisons (>= 4).")
@@ -69,6 +71,13 @@ flags.DEFINE_integer("eubo_points", 50, "Points whose pairs EUBO ranks (>= 2).")
 flags.DEFINE_integer("nei_batches", 128, "q-batches in one qLogNEI evaluation (>= 1).")
 flags.DEFINE_integer("q", 4, "Batch size q of qLogNEI (>= 1).")
 flags.DEFINE_integer("mc_samples", 256, "Posterior samples of qLogNEI (>= 1).")
+flags.DEFINE_bool("tiny", False, "A seconds-long run: the sizes of TINY, which override "
+                  "the flags above.")
+
+PEERS = ("torch", "botorch", "gpytorch")
+# --tiny's flag values: every code path at sizes that run in seconds.
+TINY = dict(comparisons=["16"], repeats=1, warmup=1, eubo_points=6, nei_batches=4,
+            mc_samples=16)
 
 DIM = 8
 NUM_OUTCOMES = 4
@@ -261,17 +270,12 @@ HYPER_HEADER = ("| m | side | lengthscales (8) | outputscale | our objective at 
 
 
 def print_header() -> None:
-  import botorch  # pylint: disable=import-outside-toplevel
-  import gpytorch  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
   print(f"# pairwise GP benchmark: ours (JAX) vs BoTorch PairwiseGP, repeats={FLAGS.repeats}, "
         f"seed={FLAGS.seed}")
-  print(f"machine: {platform.machine()} {platform.processor() or ''}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}, numpy {np.__version__}")
-  print(f"versions: jax {jax.__version__} ({jax.default_backend()}), botorch "
-        f"{botorch.__version__}, gpytorch {gpytorch.__version__}, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads)")
+  print(f"{platform.machine()}, numpy {np.__version__}, jax backend {jax.default_backend()}, "
+        f"torch {torch.get_num_threads()} threads")
   print(f"data: d={DIM}, u = sum of DTLZ2's {NUM_OUTCOMES} objectives, label noise "
         f"N(0, {LABEL_NOISE}^2), n = min(m/2, {FLAGS.max_points}); EUBO over "
         f"{FLAGS.eubo_points} points; qLogNEI {FLAGS.nei_batches} batches of q={FLAGS.q}, "
@@ -281,6 +285,9 @@ def print_header() -> None:
 def parse_flags(argv: list[str]) -> list[str]:
   """absl flag parsing whose errors (and bad values) are one-line messages."""
   rest = config_lib.parse_flags_or_die(FLAGS, argv)
+  if FLAGS.tiny:
+    for name, value in TINY.items():
+      setattr(FLAGS, name, value)
   try:
     ms = [int(v) for v in FLAGS.comparisons]
   except ValueError:
@@ -296,6 +303,7 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 def main(argv):
   del argv
+  print(machine_line(PEERS), flush=True)
   warnings.simplefilter("ignore")       # BoTorch's input-scaling and fitting notices
   print_header()
   rows, hyper = [], []

@@ -1,7 +1,7 @@
 """Benchmark: our transformer vs Hugging Face `transformers` (PyTorch) on the same weights.
 
   python -m experiments.benchmarks.lm [--repeats=5] [--batch=4] [--prefill_len=256]
-      [--decode_prompt=32] [--decode_tokens=128]
+      [--decode_prompt=32] [--decode_tokens=128] [--tiny]
 
 (needs the ``bench`` extra: ``pip install -e '.[test,bench]'``, which adds torch and
 transformers).
@@ -22,13 +22,13 @@ excludes compilation):
   theirs: ``model.generate(do_sample=False, min_new_tokens=max_new_tokens)``);
 - the compiled memory of one jit training step (forward, backward, AdamW update) of
   our model on (batch, prefill_len) tokens, from ``compiled.memory_analysis()``.
-It also prints the largest logit gap between the two prefills (a correctness check).
+It also prints the largest logit gap between the two prefills, and fails when it is over
+``MAX_LOGIT_GAP`` (the correctness check). ``--tiny`` runs a 2-layer width-64 model on
+(1, 16) tokens, 4 decode tokens, 1 repeat, in seconds (the suite's smoke test).
 """
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -45,6 +45,7 @@ from common.models import hf
 from common.models import logprobs
 from common.models import sampling
 from common.models import transformer
+from experiments.benchmarks import machine_line
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("repeats", 5, "timed runs per measurement (median reported)")
@@ -53,12 +54,20 @@ flags.DEFINE_integer("prefill_len", 256, "prompt length of the prefill measureme
 flags.DEFINE_integer("decode_prompt", 32, "prompt length before decoding")
 flags.DEFINE_integer("decode_tokens", 128, "greedy tokens generated")
 flags.DEFINE_integer("seed", 0, "weights and tokens seed")
+flags.DEFINE_bool("tiny", False, "a seconds-long run: a 2-layer width-64 model, batch 1, "
+                  "16 prefill tokens, 4 + 4 decode tokens, 1 repeat")
+
+PEERS = ("torch", "transformers")
+MAX_LOGIT_GAP = 1e-3  # float32 on both sides: the gap is ~1e-5; 1e-3 means a real mismatch
 
 PAD_ID = 0  # transformers' pad_token_id in generate; never a prompt token
 BENCH_CONFIG = dict(vocab_size=4096, hidden_size=256, num_hidden_layers=4,
                     num_attention_heads=8, num_key_value_heads=4, intermediate_size=704,
                     max_position_embeddings=1024, rms_norm_eps=1e-6, rope_theta=10000.0,
                     tie_word_embeddings=False)
+TINY_CONFIG = dict(BENCH_CONFIG, vocab_size=512, hidden_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+                   max_position_embeddings=64)
 
 
 def _timed_cases(cases, repeats):
@@ -78,13 +87,14 @@ def _timed_cases(cases, repeats):
   return measured
 
 
-def _models(seed):
-  """A random transformers Llama, saved and loaded into ours: (theirs, ours, params)."""
+def _models(seed, config):
+  """A random transformers Llama of ``config``, saved and loaded into ours:
+  (theirs, ours, params)."""
   import torch
   import transformers
 
   torch.manual_seed(seed)
-  hf_model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**BENCH_CONFIG)).eval()
+  hf_model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).eval()
   folder = tempfile.mkdtemp(prefix="bench_lm_")
   hf_model.save_pretrained(folder)
   ckpt = hf.load_hf_checkpoint(folder)
@@ -173,20 +183,22 @@ def _print_table(measured, b, t, n, p, gap, mem, param_bytes):
 
 def main(argv):
   del argv
+  print(machine_line(PEERS), flush=True)
   import torch
-  import transformers
 
-  b, t, p, n = FLAGS.batch, FLAGS.prefill_len, FLAGS.decode_prompt, FLAGS.decode_tokens
-  hf_model, model, params = _models(FLAGS.seed)
+  if FLAGS.tiny:
+    b, t, p, n, repeats, config = 1, 16, 4, 4, 1, TINY_CONFIG
+  else:
+    b, t, p, n = FLAGS.batch, FLAGS.prefill_len, FLAGS.decode_prompt, FLAGS.decode_tokens
+    repeats, config = FLAGS.repeats, BENCH_CONFIG
+  hf_model, model, params = _models(FLAGS.seed, config)
   rng = np.random.default_rng(FLAGS.seed)
   # Token 0 is kept out of the prompts: it is the peer's pad id, which it would mask.
-  tokens = rng.integers(PAD_ID + 1, BENCH_CONFIG["vocab_size"], (b, t)).astype(np.int32)
+  tokens = rng.integers(PAD_ID + 1, config["vocab_size"], (b, t)).astype(np.int32)
   prompt = tokens[:, :p]
 
-  print(f"# LM benchmark: ours (JAX {jax.__version__}) vs transformers "
-        f"{transformers.__version__} (torch {torch.__version__}), float32 CPU")
-  print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch threads "
-        f"{torch.get_num_threads()}; model: {BENCH_CONFIG}; "
+  print("# LM benchmark: ours vs transformers, float32 CPU")
+  print(f"torch threads {torch.get_num_threads()}; model: {config}; "
         f"{transformer.num_params(params) / 1e6:.2f}M params")
 
   prefill, ours_prefill, ours_generate = _ours(model, params, prompt, n)
@@ -194,11 +206,14 @@ def main(argv):
   # Correctness: the two prefills agree.
   ours_logits = np.asarray(prefill(params, jnp.asarray(tokens))[0])
   gap = float(np.max(np.abs(ours_logits - theirs_prefill(tokens)().numpy())))
+  if gap > MAX_LOGIT_GAP:
+    raise AssertionError(f"our prefill logits differ from transformers' by {gap:.2e} "
+                         f"(expected <= {MAX_LOGIT_GAP})")
 
   measured = _timed_cases(lambda: (
       ("ours_prefill", ours_prefill(tokens)), ("theirs_prefill", theirs_prefill(tokens)),
       ("ours_prompt", ours_prefill(prompt)), ("theirs_prompt", theirs_prefill(prompt)),
-      ("ours_generate", ours_generate), ("theirs_generate", theirs_generate)), FLAGS.repeats)
+      ("ours_generate", ours_generate), ("theirs_generate", theirs_generate)), repeats)
   mem = _train_step_memory(model, params, tokens)
   param_bytes = sum(x.nbytes for x in jax.tree.leaves(params))
   _print_table(measured, b, t, n, p, gap, mem, param_bytes)

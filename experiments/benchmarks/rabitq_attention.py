@@ -1,6 +1,7 @@
 """Benchmark: one decode step of RaBitQ sparse attention vs exact full attention.
 
   python -m experiments.benchmarks.rabitq_attention [--contexts=32768,131072] [--repeats=5]
+      [--tiny]
 
 For each context length S, one layer's decode step for a batch of 1 with H query heads,
 KV key/value heads and head width D (default 8 / 2 / 128, float32 cache):
@@ -18,23 +19,24 @@ jnp references of the Pallas kernels (interpret-mode Pallas is for tests); on a 
 it runs the compiled kernels, and the scoring kernel's achieved memory bandwidth
 (bytes of codes and scalars read / kernel time) is printed against --peak_gbps.
 The bytes each step reads from the cache are printed too (keys+values for (a); codes,
-sinks, tail and the gathered keys/values for (b)).
+sinks, tail and the gathered keys/values for (b)). ``--tiny`` runs S = 4096 with H = 2,
+KV = 1, D = 128 and a budget of 256, 1 repeat, in seconds (the suite's smoke test).
 """
 
 from __future__ import annotations
 
-import platform
 import statistics
 import time
+from typing import NamedTuple
 
 from absl import app
 from absl import flags
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from common import config as config_lib
 from common.models import transformer
+from experiments.benchmarks import machine_line
 from kernels_pallas import rabitq_scores as rs_kernel
 from methods import rabitq_attention as ra
 from methods.rabitq_attention import cache as cache_lib
@@ -49,6 +51,25 @@ flags.DEFINE_float("top_p", 0.9, "Target attention mass.")
 flags.DEFINE_integer("max_budget", 2048, "Static budget K of attended tokens per head.")
 flags.DEFINE_float("peak_gbps", 0.0, "Device peak memory bandwidth (GB/s) for the GPU "
                    "bandwidth figure; 0: H200's 4800 on an H200, else not printed.")
+flags.DEFINE_bool("tiny", False, "A seconds-long run: S = 4096, H = 2, KV = 1, D = 128, "
+                  "budget 256, 1 repeat.")
+
+PEERS = ()  # the peer is exact attention in our own transformer
+
+
+class Sizes(NamedTuple):
+  """The attention shapes and repeats of a run (the flags, or --tiny's)."""
+  heads: int
+  kv_heads: int
+  head_dim: int
+  max_budget: int
+  repeats: int
+
+
+def sizes_from_flags() -> Sizes:
+  if FLAGS.tiny:
+    return Sizes(heads=2, kv_heads=1, head_dim=128, max_budget=256, repeats=1)
+  return Sizes(FLAGS.heads, FLAGS.kv_heads, FLAGS.head_dim, FLAGS.max_budget, FLAGS.repeats)
 
 
 def _median_time(fn, repeats: int) -> tuple[float, float, float]:
@@ -61,12 +82,12 @@ def _median_time(fn, repeats: int) -> tuple[float, float, float]:
   return statistics.median(times), min(times), max(times)
 
 
-def setup(s: int, key):
+def setup(s: int, key, sz: Sizes):
   """Random cache (mean-shifted keys), one peaked query per head, quantised state."""
-  h, kvh, d = FLAGS.heads, FLAGS.kv_heads, FLAGS.head_dim
+  h, kvh, d = sz.heads, sz.kv_heads, sz.head_dim
   mc = transformer.llama_config(d_model=h * d, num_heads=h, num_kv_heads=kvh, head_dim=d,
                                 max_seq_len=s)
-  rcfg = ra.RaBitQConfig(num_sink=4, recent_window=64, interval=32, max_budget=FLAGS.max_budget,
+  rcfg = ra.RaBitQConfig(num_sink=4, recent_window=64, interval=32, max_budget=sz.max_budget,
                          top_p=FLAGS.top_p)
   kk, kv_, kq, ks = jax.random.split(key, 4)
   mu = 2.0 * jax.random.normal(kk, (d,)).at[:4].set(12.0)
@@ -86,18 +107,18 @@ def setup(s: int, key):
   return rcfg, state, q, k, v
 
 
-def bench_context(s: int) -> dict:
-  rcfg, state, q, k, v = setup(s, jax.random.PRNGKey(s))
+def bench_context(s: int, sz: Sizes) -> dict:
+  rcfg, state, q, k, v = setup(s, jax.random.PRNGKey(s), sz)
   length = jnp.int32(s)
   pos = jnp.int32(s - 1)
   exact = jax.jit(lambda q, k, v: transformer.dot_product_attention(
       q, k, v, q_positions=pos[None], kv_length=length, layer=0))
   sparse = jax.jit(lambda st, q, k, v: ra.decode_step(rcfg, st, q, k, v, pos, length, 0))
-  t_exact = _median_time(lambda: exact(q, k, v), FLAGS.repeats)
-  t_sparse = _median_time(lambda: sparse(state, q, k, v), FLAGS.repeats)
+  t_exact = _median_time(lambda: exact(q, k, v), sz.repeats)
+  t_sparse = _median_time(lambda: sparse(state, q, k, v), sz.repeats)
   out, new_state = sparse(state, q, k, v)
   full = exact(q, k, v)
-  kvh, d, h = FLAGS.kv_heads, FLAGS.head_dim, FLAGS.heads
+  kvh, d, h = sz.kv_heads, sz.head_dim, sz.heads
   bytes_exact = 2 * s * kvh * d * 4
   code_bytes = s * kvh * ra.key_bytes_per_token(d)
   bytes_sparse = code_bytes + (rcfg.forced_tokens * kvh + rcfg.max_budget * h) * 2 * d * 4
@@ -106,21 +127,21 @@ def bench_context(s: int) -> dict:
              rel_err=float(jnp.linalg.norm(out - full) / jnp.linalg.norm(full)),
              bytes_exact=bytes_exact, bytes_sparse=bytes_sparse)
   if jax.default_backend() == "gpu":
-    row.update(kernel_bandwidth(state))
+    row.update(kernel_bandwidth(state, sz))
   return row
 
 
-def kernel_bandwidth(state) -> dict:
+def kernel_bandwidth(state, sz: Sizes) -> dict:
   """Time of the rabitq_scores kernel alone and its achieved bandwidth."""
   b, kvh, s, w = state.words.shape
-  g = FLAGS.heads // kvh
+  g = sz.heads // kvh
   codes = state.codes()
   flat = lambda x: x.reshape((b * kvh,) + x.shape[2:])
   planes = jnp.zeros((b * kvh, g, 4, w), jnp.uint32)
   scalars = jnp.ones((b * kvh, g, 4), jnp.float32)
   args = (flat(codes.words), flat(codes.norm / codes.ip_correction), flat(codes.center_term),
           planes, scalars)
-  t = _median_time(lambda: rs_kernel.rabitq_scores(*args), FLAGS.repeats)[0]
+  t = _median_time(lambda: rs_kernel.rabitq_scores(*args), sz.repeats)[0]
   nbytes = sum(a.nbytes for a in args) + b * kvh * g * s * 4
   peak = FLAGS.peak_gbps or (4800.0 if "H200" in jax.devices()[0].device_kind else 0.0)
   return dict(kernel_s=t, kernel_gbps=nbytes / t / 1e9, peak_gbps=peak)
@@ -128,22 +149,23 @@ def kernel_bandwidth(state) -> dict:
 
 def main(argv):
   del argv
-  contexts = [int(c) for c in FLAGS.contexts]
+  print(machine_line(PEERS), flush=True)
+  contexts = [4096] if FLAGS.tiny else [int(c) for c in FLAGS.contexts]
   for s in contexts:
     if s % 1024 or s < 4096:
       config_lib.die(f"--contexts values must be multiples of 1024 and >= 4096, got {s}")
-  if FLAGS.heads % FLAGS.kv_heads or FLAGS.head_dim % 32 or FLAGS.repeats < 1:
+  sz = sizes_from_flags()
+  if sz.heads % sz.kv_heads or sz.head_dim % 32 or sz.repeats < 1:
     config_lib.die("need kv_heads | heads, head_dim a multiple of 32 and repeats >= 1")
-  print(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), jax "
-        f"{jax.__version__}, python {platform.python_version()}; H={FLAGS.heads} "
-        f"KV={FLAGS.kv_heads} D={FLAGS.head_dim} top_p={FLAGS.top_p} "
-        f"max_budget={FLAGS.max_budget}, median of {FLAGS.repeats}")
+  print(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}); H={sz.heads} "
+        f"KV={sz.kv_heads} D={sz.head_dim} top_p={FLAGS.top_p} "
+        f"max_budget={sz.max_budget}, median of {sz.repeats}")
   print("| context | exact: median ms [min-max] | RaBitQ: median ms [min-max] | speed-up "
         "exact/RaBitQ | tokens attended (mean/head) | rel. output error | MB read exact / "
         "RaBitQ |")
   print("|---:|---:|---:|---:|---:|---:|---:|")
   for s in contexts:
-    r = bench_context(s)
+    r = bench_context(s, sz)
     fmt = lambda t: f"{1e3 * t[0]:.2f} [{1e3 * t[1]:.2f}-{1e3 * t[2]:.2f}]"
     print(f"| {s} | {fmt(r['exact'])} | {fmt(r['sparse'])} | {r['speedup']:.2f} | "
           f"{r['tokens']:.0f} | {r['rel_err']:.3f} | {r['bytes_exact'] / 2**20:.1f} / "

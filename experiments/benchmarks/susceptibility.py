@@ -1,7 +1,7 @@
 """Benchmark: our SGLD LLC estimate vs the `devinterp` library (PyTorch) on the same LM.
 
   python -m experiments.benchmarks.susceptibility [--workdir=/tmp/susceptibility_bench]
-      [--chains=4] [--draws=200] [--batch=16] [--seq_len=32] [--repeats=2]
+      [--chains=4] [--draws=200] [--batch=16] [--seq_len=32] [--repeats=2] [--tiny]
 
 (needs the ``bench`` extra: torch, transformers, datasets and devinterp).
 
@@ -33,12 +33,16 @@ distribution: the check is |ours - devinterp| <= 2 sqrt(se_ours^2 + se_devinterp
 with each standard error the std over chains / sqrt(chains). It prints one markdown
 table: estimate ± standard error and median wall time per side, and the wall-time
 ratio devinterp / ours (> 1: ours is faster).
+
+``--tiny`` sets the sizes of ``TINY`` (2 chains of 10 draws, batch 4 x 8, a pool of 16,
+1 repeat) and trains the LM for only 30 steps, in a fresh temporary folder instead of
+``workdir`` (a cached LM of another config would be refused), in seconds (the suite's
+smoke test); its estimates carry no meaning beyond that the code runs.
 """
 
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -54,6 +58,7 @@ from common import config as config_lib
 from common import lm as lm_lib
 from common.data import text
 from common.models import hf
+from experiments.benchmarks import machine_line
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", "/tmp/susceptibility_bench", "where the tiny LM is cached")
@@ -67,6 +72,13 @@ flags.DEFINE_float("localization", 100.0, "localization gamma")
 flags.DEFINE_float("n_beta", 0.0, "inverse temperature (0: m / ln m, m = batch * seq_len)")
 flags.DEFINE_integer("repeats", 2, "timed runs per side (median reported)")
 flags.DEFINE_integer("seed", 0, "data and noise seed")
+flags.DEFINE_bool("tiny", False, "a seconds-long run: the sizes of TINY (they override the "
+                  "flags above) and an LM trained for 30 steps")
+
+PEERS = ("torch", "transformers", "datasets", "devinterp")
+# --tiny's flag values: every code path at sizes that run in seconds.
+TINY = dict(chains=2, draws=10, batch=4, seq_len=8, pool=16, repeats=1)
+TINY_LM_STEPS = 30
 
 
 def ours(model, params, pool: np.ndarray, n_beta: float):
@@ -144,9 +156,22 @@ def logit_gap(model, params, hf_path: str, tokens: np.ndarray) -> float:
   return float(np.max(np.abs(ours_ - theirs_)))
 
 
+def _lm_config():
+  """The shared LM's tiny preset; under --tiny trained for TINY_LM_STEPS steps only."""
+  config = lm_lib.get_config("tiny")
+  if FLAGS.tiny:
+    config.train.num_steps = TINY_LM_STEPS
+    config.warmup_steps = min(config.warmup_steps, TINY_LM_STEPS // 2)
+  return config
+
+
 def main(argv):
   if len(argv) > 1:
     config_lib.die(f"unexpected positional arguments: {' '.join(argv[1:])}")
+  print(machine_line(PEERS), flush=True)
+  if FLAGS.tiny:
+    for name, value in TINY.items():
+      setattr(FLAGS, name, value)
   for name in ("chains", "draws", "batch", "seq_len", "pool", "repeats"):
     if getattr(FLAGS, name) < (2 if name == "chains" else 1):
       config_lib.die(f"--{name} must be >= {2 if name == 'chains' else 1}, "
@@ -157,9 +182,10 @@ def main(argv):
     config_lib.die("--step_size must be > 0 and --localization, --n_beta >= 0")
   import torch  # pylint: disable=import-outside-toplevel
   import methods.susceptibility as sus  # pylint: disable=import-outside-toplevel
-  trained = lm_lib.load_or_train(lm_lib.get_config("tiny"), os.path.join(FLAGS.workdir, "lm"))
+  workdir = tempfile.mkdtemp(prefix="bench_susceptibility_") if FLAGS.tiny else FLAGS.workdir
+  trained = lm_lib.load_or_train(_lm_config(), os.path.join(workdir, "lm"))
   model, params = trained.model, jax.device_get(trained.params)
-  hf_path = os.path.join(FLAGS.workdir, "hf")
+  hf_path = os.path.join(workdir, "hf")
   hf.save_hf_checkpoint(hf_path, params, model.config)
   pool = text.window_batch(trained.corpus.train, FLAGS.seed, 0, FLAGS.pool,
                            FLAGS.seq_len)["tokens"]
@@ -169,8 +195,7 @@ def main(argv):
   o_mean, o_se, o_chain, o_first, o_time = ours(model, params, pool, n_beta)
   t_mean, t_se, t_chain, t_time = theirs(hf_path, pool, n_beta)
   z = abs(o_mean - t_mean) / np.hypot(o_se, t_se)
-  print(f"python {platform.python_version()}, jax {jax.__version__}, torch "
-        f"{torch.__version__}, {os.cpu_count()} CPUs; torch threads {torch.get_num_threads()}")
+  print(f"torch threads {torch.get_num_threads()}")
   print(f"model: tiny byte-level LM, {sum(x.size for x in jax.tree.leaves(params))} params; "
         f"max |logit gap| ours vs transformers = {gap:.2e}")
   print(f"SGLD: eps={FLAGS.step_size:g}, gamma={FLAGS.localization:g}, n_beta={n_beta:.2f} "

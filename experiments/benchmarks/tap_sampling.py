@@ -23,7 +23,6 @@ without TapSampling (there is no other JAX implementation to compare against).
 from __future__ import annotations
 
 import os
-import platform
 
 from absl import app
 from absl import flags
@@ -33,7 +32,7 @@ import numpy as np
 
 from common import config as config_lib
 from common import timing
-from experiments.benchmarks import cpu_model
+from experiments.benchmarks import machine_line
 from methods import tap_sampling as ts
 
 FLAGS = flags.FLAGS
@@ -41,6 +40,8 @@ flags.DEFINE_list("totals", ["16", "48"], "Candidate counts K to time.")
 flags.DEFINE_integer("repeats", 20, "Timed calls per side (medians reported).")
 flags.DEFINE_enum("policy", "flow", list(ts.POLICIES), "The base policy.")
 flags.DEFINE_bool("tiny", False, "A seconds-long run: K = 8, 3 repeats, small networks.")
+
+PEERS = ()  # the peer is our own policy without TapSampling
 
 HORIZON, ACTION_DIM, OBS_DIM, SCALE = 10, 2, 12, 0.05
 
@@ -80,12 +81,11 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 def main(argv):
   del argv
+  print(machine_line(PEERS), flush=True)
   totals = [8] if FLAGS.tiny else [int(k) for k in FLAGS.totals]
   repeats = 3 if FLAGS.tiny else FLAGS.repeats
   models = build(FLAGS.policy, FLAGS.tiny)
-  print(f"# CPU: {cpu_model()}; load average {os.getloadavg()[0]:.2f}; python "
-        f"{platform.python_version()}, jax {jax.__version__}; float32, {FLAGS.policy} "
-        f"policy, H = {HORIZON}, {repeats} repeats")
+  print(f"# float32, {FLAGS.policy} policy, H = {HORIZON}, {repeats} repeats")
   base = step_seconds(models, ts.SamplerConfig("single"), repeats)
   print("| control step | median latency (ms) | / policy alone |")
   print("|---|---|---|")

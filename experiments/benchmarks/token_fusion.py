@@ -26,7 +26,7 @@ from absl import flags
 
 from common import config as config_lib
 from common import timing
-from experiments.benchmarks import cpu_model
+from experiments.benchmarks import machine_line
 from methods.token_fusion import fusion
 from methods.token_fusion import model as model_lib
 from methods.token_fusion import ste
@@ -38,6 +38,8 @@ flags.DEFINE_integer("batch", 4, "Pairs per call.")
 flags.DEFINE_integer("repeats", 5, "Timed calls per side (medians reported).")
 flags.DEFINE_integer("budget", 2, "Edited token positions.")
 flags.DEFINE_bool("tiny", False, "48 x 48 pairs, 1 repeat: a seconds-long smoke run.")
+
+PEERS = ()  # the peer is our own 2D pathway alone
 
 
 def build(size: int):
@@ -74,11 +76,12 @@ def measure(size: int, batch: int, repeats: int, budget: int) -> dict:
 
 def main(argv):
   config_lib.parse_flags_or_die(FLAGS, argv)
+  print(machine_line(PEERS), flush=True)
   size, repeats = (48, 1) if FLAGS.tiny else (FLAGS.size, FLAGS.repeats)
   if size % 8:
     config_lib.die(f"--size={size} must be a multiple of 8 (the tokenizer's patch)")
   out = measure(size, FLAGS.batch, repeats, FLAGS.budget)
-  print(f"CPU: {cpu_model()}; jax {jax.__version__}, backend {jax.default_backend()}; "
+  print(f"backend {jax.default_backend()}; "
         f"{size}x{size}, batch {FLAGS.batch}, {repeats} repeats, budget {FLAGS.budget}; "
         f"tokenizer patch {out['spec'].tokenizer.patch_size}, width 128, depth 2")
   print("| path | images/s | ms per image | time / 2D pathway |")

@@ -1,7 +1,7 @@
 """Benchmark: time to unlearn one task vs time to retrain, for an MLP on split digits.
 
   python -m experiments.benchmarks.unlearning [--hidden=256,256] [--steps=1500] \
-      [--repeats=3] [--forget=0] [--methods=hessian_cg,gradient]
+      [--repeats=3] [--forget=0] [--methods=hessian_cg,gradient] [--tiny]
 
 The MLP (hidden widths --hidden, 10 outputs, GELU) is trained on the five split-digits
 tasks in sequence on the stage objective (1) (methods/unlearning/objective.py,
@@ -24,12 +24,12 @@ hybrid are compared in the experiment, at d = 2410).
 It prints one markdown row per side: median wall time of --repeats runs [min-max], the
 speed-up retrain/method (> 1: unlearning is faster) and the distance of the method's
 output to the retrained weights, with the distance of the original model for scale.
+``--tiny`` trains a width-16 MLP for 10 steps per stage, 1 repeat, in seconds (the
+suite's smoke test).
 """
 
 from __future__ import annotations
 
-import os
-import platform
 import tempfile
 import time
 
@@ -39,6 +39,7 @@ import jax
 import numpy as np
 
 from common import config as config_lib
+from experiments.benchmarks import machine_line
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("hidden", ["256", "256"], "Hidden widths of the MLP.")
@@ -48,6 +49,10 @@ flags.DEFINE_integer("forget", 0, "0-based index of the task to forget (0..3).")
 flags.DEFINE_list("methods", ["hessian_cg", "gradient"],
                   "Unlearning methods (matrix-free only: hessian_cg, gradient).")
 flags.DEFINE_integer("seed", 0, "Seed of the split, the initialisation and the loop.")
+flags.DEFINE_bool("tiny", False, "A seconds-long run: hidden 16, 10 steps per stage, "
+                  "1 repeat.")
+
+PEERS = ()  # the peer is retraining with our own loop
 
 ALLOWED = ("hessian_cg", "gradient")
 NUM_TASKS = 5
@@ -101,7 +106,7 @@ def train_mlp(config, workdir: str):
   return obj, fit, tasks, ul.train_sequence(fit, init, tasks)
 
 
-def measure(config, workdir: str, k: int) -> tuple[dict, dict, object, tuple]:
+def measure(config, workdir: str, k: int, repeats: int) -> tuple[dict, dict, object, tuple]:
   """({side: [seconds per repeat]}, {method: Unlearned}, theta'_T, anchors)."""
   from methods import unlearning as ul  # pylint: disable=import-outside-toplevel
 
@@ -119,7 +124,7 @@ def measure(config, workdir: str, k: int) -> tuple[dict, dict, object, tuple]:
   for m in plans:  # warm-up: compilation, untimed
     request(m)
   times, outputs = {"retrain": [], **{m: [] for m in plans}}, {}
-  for r in range(FLAGS.repeats):
+  for r in range(repeats):
     target, seconds = _timed(ul.baselines.retrain, fit.fresh(), anchors, retained, k)
     times["retrain"].append(seconds)
     for m in plans:
@@ -135,18 +140,20 @@ def main(argv):
   from experiments.configs import unlearning as configs  # pylint: disable=import-outside-toplevel
   from methods.unlearning import metrics  # pylint: disable=import-outside-toplevel
 
+  print(machine_line(PEERS), flush=True)
+  hidden, steps, repeats = (((16,), 10, 1) if FLAGS.tiny else
+                            (tuple(int(h) for h in FLAGS.hidden), FLAGS.steps, FLAGS.repeats))
   config = configs.get_config("quick")
-  config.mlp.hidden = tuple(int(h) for h in FLAGS.hidden)
-  config.train.num_steps = config.train.log_every = FLAGS.steps
+  config.mlp.hidden = hidden
+  config.train.num_steps = config.train.log_every = steps
   config.seed = FLAGS.seed
   config.methods = tuple(FLAGS.methods)
   k = FLAGS.forget
-  print(f"# unlearning benchmark: MLP {config.mlp.hidden}, {FLAGS.steps} Adam steps/stage, "
-        f"forget task {k + 1} of 5, repeats={FLAGS.repeats}, seed={FLAGS.seed}", flush=True)
-  print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, jax {jax.__version__} "
-        f"({jax.default_backend()})", flush=True)
+  print(f"# unlearning benchmark: MLP {config.mlp.hidden}, {steps} Adam steps/stage, "
+        f"forget task {k + 1} of 5, repeats={repeats}, seed={FLAGS.seed}; backend "
+        f"{jax.default_backend()}", flush=True)
   with tempfile.TemporaryDirectory() as workdir, jax.enable_x64(False):
-    times, outputs, target, anchors = measure(config, workdir, k)
+    times, outputs, target, anchors = measure(config, workdir, k, repeats)
   base = np.median(times["retrain"])
   print()
   print("| side | median s [min-max] | speed-up retrain/side | ||theta - theta_retrain|| |")

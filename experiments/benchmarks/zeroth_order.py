@@ -2,7 +2,7 @@
 one model and batch, and the AGZO/MeZO gradient-cosine ratio, in one run.
 
   python -m experiments.benchmarks.zeroth_order [--lm_workdir=results/lm]
-      [--ranks=1,4,16] [--steps=20] [--repeats=5] [--draws=32]
+      [--ranks=1,4,16] [--steps=20] [--repeats=5] [--draws=32] [--tiny]
 
 The model is the shared LM of `common.lm` with preset `--lm_preset`; with
 --lm_workdir holding its trained checkpoint (e.g. the zeroth_order experiment's
@@ -18,13 +18,12 @@ and compiled once (compilation excluded), `memory_analysis()` gives the peak (ar
 + outputs - aliased + temporaries), then `repeats` timed runs of `steps` steps each
 (ending in block_until_ready) give the median steps/s. Ratios are against MeZO,
 measured in the same run. Forward passes per step: MeZO, LOZO, one-sided AGZO 2;
-first order 1 forward + 1 backward.
+first order 1 forward + 1 backward. ``--tiny`` sets the values of ``TINY`` (the LM's tiny
+preset, rank 1, 1 x 2 steps, 2 draws), in seconds (the suite's smoke test).
 """
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
 import time
 
@@ -37,6 +36,7 @@ import optax
 
 from common import lm as lm_lib
 from common.models import transformer
+from experiments.benchmarks import machine_line
 from experiments.configs import zeroth_order as zo_configs
 import methods.zeroth_order as zo
 from methods.zeroth_order import recipes
@@ -50,6 +50,12 @@ flags.DEFINE_integer("steps", 20, "Steps per timed run.")
 flags.DEFINE_integer("repeats", 5, "Timed runs per method (median reported).")
 flags.DEFINE_integer("draws", 32, "Draws for the cosine ratio.")
 flags.DEFINE_enum("trainable", "linear", ["linear", "all"], "Tuned parameters.")
+flags.DEFINE_bool("tiny", False, "A seconds-long run: the values of TINY, which override "
+                  "the flags above.")
+
+PEERS = ()  # the peers are MeZO and first-order training, in our own code
+# --tiny's flag values: every method at sizes that run in seconds.
+TINY = dict(lm_preset="tiny", ranks=["1"], steps=2, repeats=1, draws=2)
 
 
 def _model(lm_config):
@@ -118,6 +124,10 @@ def _print_table(rows: dict, cos: dict) -> None:
 
 def main(argv):
   del argv
+  print(machine_line(PEERS), flush=True)
+  if FLAGS.tiny:
+    for name, value in TINY.items():
+      setattr(FLAGS, name, value)
   if FLAGS.steps < 1 or FLAGS.repeats < 1 or FLAGS.draws < 1:
     raise app.UsageError("--steps, --repeats and --draws must be >= 1")
   ranks = [int(r) for r in FLAGS.ranks]
@@ -129,8 +139,7 @@ def main(argv):
   task = task_lib.make_task(lm_config.validation_fraction)
   batch = task_lib.labelled_batch(task.train, 0, 0, config.train.batch_size,
                                   config.task.window, frozen)
-  print(f"jax {jax.__version__} on {jax.devices()[0].platform}, "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; model "
+  print(f"backend {jax.devices()[0].platform}; model "
         f"{transformer.num_params(full) / 1e6:.2f}M params "
         f"({'trained' if restored else 'random init'}), tuning {FLAGS.trainable} "
         f"({transformer.num_params(params) / 1e6:.2f}M); batch {config.train.batch_size} x "
