@@ -95,9 +95,12 @@ def ours(model, params, pool: np.ndarray, n_beta: float):
   def loss_fn(p, tokens):
     return jnp.mean(sus.token_losses(model, p, tokens))
 
+  def pool_batch(step):  # the whole pool, batch by batch, for L(w0)
+    return jax.lax.dynamic_slice_in_dim(pool, step * FLAGS.batch, FLAGS.batch)
+
+  # The same functions on every call, so every repeat reuses the compiled programs.
   def once(seed):
-    loss0 = sus.init_loss(loss_fn, params, lambda s: jax.lax.dynamic_slice_in_dim(
-        pool, s * FLAGS.batch, FLAGS.batch), pool.shape[0] // FLAGS.batch)
+    loss0 = sus.init_loss(loss_fn, params, pool_batch, pool.shape[0] // FLAGS.batch)
     trace = sus.run_chains(loss_fn, params, batch_fn, jax.random.PRNGKey(seed),
                            step_size=FLAGS.step_size, n_beta=n_beta,
                            localization=FLAGS.localization, num_chains=FLAGS.chains,
