@@ -14,6 +14,7 @@ serves both decoding paths (jnp and Pallas).
 import functools
 import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -273,7 +274,8 @@ def small_lm():
   cfg = transformer.llama_config(vocab_size=64, d_model=128, num_layers=2, num_heads=4,
                                  num_kv_heads=2, d_ff=64, max_seq_len=128)
   model = transformer.Transformer(cfg)
-  shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32))
+  shapes = nn.meta.unbox(jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                                        jnp.zeros((1, 1), jnp.int32)))
   rng = np.random.default_rng(0)
 
   def draw(path, leaf):
