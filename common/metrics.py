@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import tensorboardX
 
 METRICS_FILENAME = "metrics.jsonl"
 EVENTS_PREFIX = "events.out.tfevents."
@@ -96,6 +95,9 @@ class MetricsWriter:
     # tensorboardX names files by the second and host; a resumed run opened within
     # the same second must neither truncate the first file nor sort before it
     # (TensorBoard reads a run's files in name order), hence the nanoseconds.
+    # Imported here: tensorboardX imports torch whenever torch is installed (about a
+    # second), which only a process that writes metrics should pay.
+    import tensorboardX  # pylint: disable=import-outside-toplevel
     self._events = tensorboardX.SummaryWriter(
         logdir=workdir, purge_step=None if purge_after_step is None else purge_after_step + 1,
         filename_suffix=f".{time.time_ns() % 10**9:09d}.{os.getpid()}.{uuid.uuid4().hex[:6]}")

@@ -417,7 +417,10 @@ def run_torch(num_points: int, seed: int, repeats: int, steps: int, threads: int
 
 # ----------------------------------------------------------------------------- driver
 def run_isolated(fn, *args):
-  """``fn(*args)`` in a freshly spawned process (clean memory peak, no shared pools)."""
+  """``fn(*args)`` in a freshly spawned process (clean memory peak, no shared pools);
+  under ``--tiny`` in this one (a smoke run: its memory figures mean nothing)."""
+  if FLAGS.tiny:
+    return fn(*args)
   ctx = multiprocessing.get_context("spawn")
   with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
     return pool.submit(fn, *args).result()

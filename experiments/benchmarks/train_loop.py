@@ -49,7 +49,7 @@ flags.DEFINE_integer("repeats", 5, "Runs of each length per side (>= 1); medians
 flags.DEFINE_integer("batch", 64, "Batch size (>= 1).")
 flags.DEFINE_integer("hidden", 64, "Width of the two hidden layers (>= 1).")
 flags.DEFINE_list("steps_per_call", ["1", "10", "50"], "The K values of common.train.")
-flags.DEFINE_bool("tiny", False, "A seconds-long run: 100 updates, 1 repeat.")
+flags.DEFINE_bool("tiny", False, "A seconds-long run: 20 updates, 1 repeat, K = 1 and 2.")
 
 PEERS = ()  # the peer is a bare loop over the same jitted step
 SEED = 0
@@ -132,8 +132,14 @@ def common_train(num_steps: int, steps_per_call: int):
     return time.perf_counter() - start, result.state.params
 
 
-def marginal_rate(run, num_steps: int, repeats: int):
-  """(updates per second between n/2 and n updates, final params of an n-update run)."""
+def marginal_rate(run, num_steps: int, repeats: int, tiny: bool = False):
+  """(updates per second between n/2 and n updates, final params of an n-update run).
+
+  With `tiny`, one run of n updates and its plain rate (a smoke test: no timing).
+  """
+  if tiny:
+    t, params = run(num_steps)
+    return num_steps / t, params
   run(num_steps // 2)  # compiles (a side's own programs), untimed
   long_t, short_t, params = [], [], None
   for _ in range(repeats):
@@ -159,14 +165,15 @@ def main(argv):
       config_lib.die(f"--{name} must be >= {low}, got {value}")
   logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint at INFO
   print(machine_line(PEERS), flush=True)
-  steps, repeats = (100, 1) if FLAGS.tiny else (FLAGS.steps, FLAGS.repeats)
+  steps, repeats = (20, 1) if FLAGS.tiny else (FLAGS.steps, FLAGS.repeats)
+  ks = [1, 2] if FLAGS.tiny else ks
   sides = {"bare loop": lambda n: bare_loop(n, prebuilt=False),
            "bare loop, prebuilt batches": lambda n: bare_loop(n, prebuilt=True)}
   sides.update({f"common.train, steps_per_call={k}":
                 (lambda n, k=k: common_train(n, k)) for k in ks})
   rates, finals = {}, {}
   for name, run in sides.items():
-    rates[name], finals[name] = marginal_rate(run, steps, repeats)
+    rates[name], finals[name] = marginal_rate(run, steps, repeats, FLAGS.tiny)
   reference = finals["bare loop"]
   worst = max(max_difference(reference, p) for p in finals.values())
   print(f"MLP 16-{FLAGS.hidden}-{FLAGS.hidden}-1, batch {FLAGS.batch}, Adam; marginal "

@@ -16,17 +16,26 @@ caller's stream is untouched.
 from __future__ import annotations
 
 import contextlib
+import functools
+import types
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from sdmetrics import reports as sd_reports
-from sdmetrics import single_column as sd_single_column
-from sdmetrics import single_table as sd_single_table
-from sdmetrics.single_table.privacy import dcr_utils
 from sklearn import ensemble, metrics as sk_metrics, neighbors, preprocessing
 
 from common.data import tables
+
+
+@functools.cache
+def _sdmetrics() -> types.SimpleNamespace:
+  """sdmetrics' modules, imported on first use: sdmetrics imports torch (over a second),
+  which importing the method should not cost."""
+  # pylint: disable=import-outside-toplevel
+  from sdmetrics import reports, single_column, single_table
+  from sdmetrics.single_table.privacy import dcr_utils
+  return types.SimpleNamespace(reports=reports, single_column=single_column,
+                               single_table=single_table, dcr_utils=dcr_utils)
 
 _TABLE = "table"
 _MAX_CATEGORIES = 255  # HistGradientBoosting's limit for a categorical feature.
@@ -78,7 +87,7 @@ def fidelity(real: pd.DataFrame, synthetic: pd.DataFrame, schema,
     >>> fidelity(df, df, schema)  # {'column_shapes': 1.0, 'pair_trends': 1.0}
   """
   real, synthetic = _check(schema.columns, real=real, synthetic=synthetic)
-  report = sd_reports.QualityReport()
+  report = _sdmetrics().reports.QualityReport()
   report.real_correlation_threshold = 0
   report.real_association_threshold = 0
   with _global_numpy_seed(seed):
@@ -103,8 +112,8 @@ def column_shape_scores(real: pd.DataFrame, synthetic: pd.DataFrame,
   real, synthetic = _check(schema.columns, real=real, synthetic=synthetic)
   out = {}
   for c in schema.columns:
-    metric = (sd_single_column.KSComplement if c in schema.numeric
-              else sd_single_column.TVComplement)
+    metric = (_sdmetrics().single_column.KSComplement if c in schema.numeric
+              else _sdmetrics().single_column.TVComplement)
     out[c] = float(metric.compute(real[c], synthetic[c]))
   return out
 
@@ -122,7 +131,7 @@ def detection(real: pd.DataFrame, synthetic: pd.DataFrame, schema,
   """
   real, synthetic = _check(schema.columns, real=real, synthetic=synthetic)
   with _global_numpy_seed(seed):
-    return float(sd_single_table.LogisticDetection.compute(
+    return float(_sdmetrics().single_table.LogisticDetection.compute(
         real, synthetic, tables.sdmetrics_metadata(schema)))
 
 
@@ -141,8 +150,9 @@ def distances_to_closest_record(reference: pd.DataFrame, query: pd.DataFrame,
     >>> distances_to_closest_record(train, train.iloc[:5], schema)  # zeros
   """
   reference, query = _check(schema.columns, reference=reference, query=query)
-  return dcr_utils.calculate_dcr(query, reference, tables.sdmetrics_metadata(schema)).to_numpy(
-      dtype=np.float64)
+  distances = _sdmetrics().dcr_utils.calculate_dcr(query, reference,
+                                                   tables.sdmetrics_metadata(schema))
+  return distances.to_numpy(dtype=np.float64)
 
 
 def dcr(train: pd.DataFrame, holdout: pd.DataFrame, synthetic: pd.DataFrame, schema,
@@ -176,7 +186,7 @@ def dcr(train: pd.DataFrame, holdout: pd.DataFrame, synthetic: pd.DataFrame, sch
     if num_rows_subsample >= smallest:
       num_rows_subsample, num_iterations = None, 1
   with _global_numpy_seed(seed):
-    out = sd_single_table.DCROverfittingProtection.compute_breakdown(
+    out = _sdmetrics().single_table.DCROverfittingProtection.compute_breakdown(
         train, synthetic, holdout, tables.sdmetrics_metadata(schema), None,
         num_rows_subsample=num_rows_subsample, num_iterations=num_iterations)
   return {"share_closer_to_train":
