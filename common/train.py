@@ -197,6 +197,10 @@ class NonFiniteError(FloatingPointError):
                      f"checkpointing it (earlier checkpoints are intact){where}")
 
 
+# Pure data parallelism over every device: the default `config.mesh`.
+_DEFAULT_MESH = {DATA_AXIS: -1, FSDP_AXIS: 1, TENSOR_AXIS: 1}
+
+
 def default_train_config(**overrides: Any) -> ml_collections.ConfigDict:
   """Returns the loop's settings with defaults (locked: a misspelt key fails).
 
@@ -248,7 +252,7 @@ def default_train_config(**overrides: Any) -> ml_collections.ConfigDict:
   config.progress_bar = True
   config.distributed = False
   config.nan_guard = True
-  config.mesh = ml_collections.ConfigDict({DATA_AXIS: -1, FSDP_AXIS: 1, TENSOR_AXIS: 1})
+  config.mesh = ml_collections.ConfigDict(_DEFAULT_MESH)
   config.mesh_shape = (-1,)
   config.steps_per_call = 1
   config.lock()
@@ -261,7 +265,7 @@ _INT_KEYS = (("num_steps", 1), ("seed", 0), ("batch_size", 1), ("checkpoint_ever
 _BOOL_KEYS = ("progress_bar", "distributed", "nan_guard")
 _ALL_KEYS = (*(key for key, _ in _INT_KEYS), *_BOOL_KEYS, "mesh_shape")
 # Keys that configs written before them may lack, with the value they then mean.
-_OPTIONAL_KEYS = {"mesh": {DATA_AXIS: -1, FSDP_AXIS: 1, TENSOR_AXIS: 1}}
+_OPTIONAL_KEYS = {"mesh": _DEFAULT_MESH}
 
 
 def stage_train_config(num_steps: int, batch_size: int, log_every: int = 500

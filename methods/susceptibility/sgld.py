@@ -125,13 +125,7 @@ def sgld(step_size: float, n_beta: float, localization: float, *, key: jax.Array
     Welling & Teh (2011), Bayesian learning via stochastic gradient Langevin dynamics.
     Lau, Furman, Wang, Murfet, Wei (2023), The local learning coefficient.
   """
-  for name, value in (("step_size", step_size), ("n_beta", n_beta),
-                      ("localization", localization), ("weight_decay", weight_decay),
-                      ("noise_scale", noise_scale)):
-    if not isinstance(value, jax.Array) and not 0 <= value < math.inf:
-      raise ValueError(f"sgld: {name}={value!r}; expected a finite value >= 0")
-  if not isinstance(step_size, jax.Array) and not step_size > 0:
-    raise ValueError(f"sgld: step_size={step_size!r} must be > 0")
+  _check_hyperparameters(step_size, n_beta, localization, weight_decay, noise_scale)
 
   def init(params):
     return SGLDState(jnp.zeros((), jnp.int32), key, params)
@@ -148,6 +142,17 @@ def sgld(step_size: float, n_beta: float, localization: float, *, key: jax.Array
     return updates, SGLDState(state.count + 1, state.key, state.anchor)
 
   return optax.GradientTransformation(init, update)
+
+
+def _check_hyperparameters(step_size, n_beta, localization, weight_decay, noise_scale):
+  """One-line errors for sampler hyperparameters out of range (traced ones pass)."""
+  for name, value in (("step_size", step_size), ("n_beta", n_beta),
+                      ("localization", localization), ("weight_decay", weight_decay),
+                      ("noise_scale", noise_scale)):
+    if not isinstance(value, jax.Array) and not 0 <= value < math.inf:
+      raise ValueError(f"sgld: {name}={value!r}; expected a finite value >= 0")
+  if not isinstance(step_size, jax.Array) and not step_size > 0:
+    raise ValueError(f"sgld: step_size={step_size!r} must be > 0")
 
 
 def _drift(grads, params, anchor, n_beta, localization, weight_decay):
@@ -228,8 +233,7 @@ def run_chains(loss_fn: Callable[[Any, Any], jax.Array], params: Any,
   if mask is not None and (jax.tree.structure(mask) != jax.tree.structure(params)):
     raise ValueError(f"run_chains: mask has tree structure {jax.tree.structure(mask)}; "
                      f"expected the params' {jax.tree.structure(params)}")
-  sgld(step_size, n_beta, localization, key=key, weight_decay=weight_decay,
-       noise_scale=noise_scale)  # checks the hyperparameters before tracing
+  _check_hyperparameters(step_size, n_beta, localization, weight_decay, noise_scale)
   hyper = dict(step_size=step_size, n_beta=n_beta, localization=localization,
                weight_decay=weight_decay, noise_scale=noise_scale)
   return _run_chains(key, params, mask, hyper, loss_fn=loss_fn, batch_fn=batch_fn,
