@@ -90,3 +90,110 @@ def machine_line(peers: tuple[str, ...] = ()) -> str:
     line += "; " + ", ".join(f"{p} {package_version(p)}" for p in peers)
   return line
 
+
+
+# --- This machine's limits, for roofline fractions -----------------------------------
+#
+# A memory-bound hot path (cached decoding reads every weight and the KV cache once per
+# step) cannot beat bytes_moved / bandwidth; a compute-bound one (prefill, Gram
+# matrices) cannot beat flops / peak. Benchmarks measure both limits in the same run
+# as the path they time and print the fraction reached.
+
+
+def _median_seconds(fn, repeats: int) -> float:
+  import statistics  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  fn()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def stream_bandwidth(num_bytes: int = 1 << 28, repeats: int = 5) -> dict[str, float]:
+  """This machine's memory bandwidth in bytes/s, measured like STREAM's copy and scale.
+
+  Two kernels over float32 arrays of ``num_bytes`` (far larger than the last-level
+  cache): numpy's ``copyto`` (one thread: STREAM copy, b = a) and a jitted XLA
+  ``a * 3`` (XLA's multi-threaded CPU loop: STREAM scale). Each moves 2 * num_bytes
+  (one read, one write; the write-allocate read is not counted, as in STREAM).
+
+  Returns:
+    ``{"copy_numpy": ..., "scale_xla": ..., "best": max of the two}`` in bytes/s.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  n = num_bytes // 4
+  a = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+  b = np.empty_like(a)
+  copy_s = _median_seconds(lambda: np.copyto(b, a), repeats)
+  scale = jax.jit(lambda x: x * 3.0)
+  x = jax.device_put(a)
+  scale_s = _median_seconds(lambda: scale(x).block_until_ready(), repeats)
+  out = {"copy_numpy": 2 * num_bytes / copy_s, "scale_xla": 2 * num_bytes / scale_s}
+  out["best"] = max(out.values())
+  return out
+
+
+def peak_matmul_flops(size: int = 2048, dtype: str = "float32",
+                      repeats: int = 5) -> dict[str, float]:
+  """This machine's measured peak matmul rate in FLOP/s: a square ``size`` GEMM.
+
+  Measured with XLA (``jnp.dot`` under jit) and with numpy's BLAS; a (size, size) @
+  (size, size) product is 2 * size^3 FLOPs.
+
+  Returns:
+    ``{"xla": ..., "numpy_blas": ..., "best": max of the two}`` in FLOP/s.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  a = rng.standard_normal((size, size)).astype(dtype)
+  b = rng.standard_normal((size, size)).astype(dtype)
+  flops = 2.0 * size ** 3
+  dot = jax.jit(jnp.dot)
+  xa, xb = jax.device_put(a), jax.device_put(b)
+  xla_s = _median_seconds(lambda: dot(xa, xb).block_until_ready(), repeats)
+  blas_s = _median_seconds(lambda: np.dot(a, b), repeats)
+  out = {"xla": flops / xla_s, "numpy_blas": flops / blas_s}
+  out["best"] = max(out.values())
+  return out
+
+
+def roofline_line(name: str, *, seconds: float, bytes_moved: float | None = None,
+                  flops: float | None = None, bandwidth: float | None = None,
+                  peak_flops: float | None = None) -> str:
+  """One printed line: the rate a timed path reached and its fraction of this machine's.
+
+  Args:
+    name: what was timed (e.g. ``"ours decode step"``).
+    seconds: its measured time.
+    bytes_moved: bytes it must read or write at least once (memory-bound paths).
+    flops: floating-point operations it performs (compute-bound paths).
+    bandwidth: ``stream_bandwidth()["best"]``, bytes/s.
+    peak_flops: ``peak_matmul_flops()["best"]``, FLOP/s.
+
+  Returns:
+    e.g. ``# roofline ours decode step: 14.2 GB/s = 61% of measured bandwidth 23.1 GB/s``.
+  """
+  if seconds <= 0:
+    raise ValueError(f"seconds must be positive, got {seconds}")
+  parts = []
+  if bytes_moved is not None:
+    rate = bytes_moved / seconds
+    part = f"{rate / 1e9:.2f} GB/s"
+    if bandwidth:
+      part += f" = {100 * rate / bandwidth:.0f}% of measured bandwidth {bandwidth / 1e9:.1f} GB/s"
+    parts.append(part)
+  if flops is not None:
+    rate = flops / seconds
+    part = f"{rate / 1e9:.1f} GFLOP/s"
+    if peak_flops:
+      part += f" = {100 * rate / peak_flops:.0f}% of measured peak {peak_flops / 1e9:.1f} GFLOP/s"
+    parts.append(part)
+  if not parts:
+    raise ValueError("roofline_line needs bytes_moved or flops")
+  return f"# roofline {name}: " + "; ".join(parts)

@@ -91,3 +91,18 @@ def test_benchmark_runs_tiny(name):
   first = proc.stdout.lstrip().splitlines()[0] if proc.stdout.strip() else ""
   assert first.startswith("# machine: ") and benchmarks.cpu_model() in first, (
       f"{name} did not print the machine line first:\n{proc.stdout[:500]}")
+
+
+def test_roofline_measurements_and_line():
+  bandwidth = benchmarks.stream_bandwidth(num_bytes=1 << 22, repeats=2)
+  peak = benchmarks.peak_matmul_flops(size=128, repeats=2)
+  assert bandwidth["best"] == max(bandwidth["copy_numpy"], bandwidth["scale_xla"]) > 0
+  assert peak["best"] == max(peak["xla"], peak["numpy_blas"]) > 0
+  line = benchmarks.roofline_line("step", seconds=0.5, bytes_moved=1e9, flops=4e9,
+                                  bandwidth=4e9, peak_flops=16e9)
+  assert line == ("# roofline step: 2.00 GB/s = 50% of measured bandwidth 4.0 GB/s; "
+                  "8.0 GFLOP/s = 50% of measured peak 16.0 GFLOP/s")
+  with pytest.raises(ValueError, match="seconds must be positive"):
+    benchmarks.roofline_line("step", seconds=0.0, flops=1.0)
+  with pytest.raises(ValueError, match="needs bytes_moved or flops"):
+    benchmarks.roofline_line("step", seconds=1.0)
