@@ -143,35 +143,29 @@ def batch_sharding(mesh: Mesh, batch_axis: int = 0) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec(*(None,) * batch_axis, batch_axes(mesh)))
 
 
-def shard_batch(batch: Any, mesh: Mesh, batch_axis: int = 0) -> Any:
-  """Places a host batch on the mesh as global arrays split along their batch axis.
+def check_batch(batch: Any, mesh: Mesh, batch_axis: int = 0) -> Any:
+  """`batch` with NumPy leaves, checked for what `shard_batch` needs.
 
-  Every process passes the same global batch (e.g. from a pure function of
-  (seed, step)); each device receives its slice, so this also works for
-  multi-host runs. A stack of K batches (leaves `[K, batch, ...]`, what
-  `common.train` scans over with `steps_per_call=K`) is placed with
-  `batch_axis=1`: every device holds its slice of each of the K batches.
+  For a caller that hands host batches to a jitted function whose `in_shardings`
+  place them (cheaper than a `shard_batch` per call in a single-process run).
 
   Args:
     batch: a pytree of arrays (NumPy or JAX) that share a batch axis.
-    mesh: the mesh; the batch axis is split over its `data` axis (and `fsdp`).
-    batch_axis: which axis of every leaf is the batch axis (0: the leading one).
+    mesh: the mesh whose `data` (and `fsdp`) axes split the batch axis.
+    batch_axis: which axis of every leaf is the batch axis.
 
   Returns:
-    The same pytree of `jax.Array`s with sharding `batch_sharding(mesh, batch_axis)`.
+    The same pytree with every leaf as a NumPy array.
 
   Raises:
-    ValueError: if a leaf has no axis `batch_axis` (a scalar), leaves disagree on
-      the batch size, or the batch size is not divisible by the size of the
-      `data` axis (times the `fsdp` axis).
+    ValueError, TypeError: as `shard_batch`.
   """
   num_shards = batch_shards(mesh)
-  sharding = batch_sharding(mesh, batch_axis)
   leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(batch)
   if not leaves_with_paths:
     raise ValueError("batch has no array leaves")
   batch_size = None
-  placed = []
+  checked = []
   for path, leaf in leaves_with_paths:
     name = jax.tree_util.keystr(path) or "<root>"
     host = np.asarray(leaf)
@@ -194,9 +188,37 @@ def shard_batch(batch: Any, mesh: Mesh, batch_axis: int = 0) -> Any:
       where = f"axis {axes!r}" if isinstance(axes, str) else f"axes {axes}"
       raise ValueError(f"batch size {size} (leaf {name}) is not divisible by "
                        f"the {num_shards} devices on mesh {where}")
-    placed.append(jax.make_array_from_callback(
-        host.shape, sharding, lambda index, host=host: host[index]))
-  return jax.tree_util.tree_unflatten(treedef, placed)
+    checked.append(host)
+  return jax.tree_util.tree_unflatten(treedef, checked)
+
+
+def shard_batch(batch: Any, mesh: Mesh, batch_axis: int = 0) -> Any:
+  """Places a host batch on the mesh as global arrays split along their batch axis.
+
+  Every process passes the same global batch (e.g. from a pure function of
+  (seed, step)); each device receives its slice, so this also works for
+  multi-host runs. A stack of K batches (leaves `[K, batch, ...]`, what
+  `common.train` scans over with `steps_per_call=K`) is placed with
+  `batch_axis=1`: every device holds its slice of each of the K batches.
+
+  Args:
+    batch: a pytree of arrays (NumPy or JAX) that share a batch axis.
+    mesh: the mesh; the batch axis is split over its `data` axis (and `fsdp`).
+    batch_axis: which axis of every leaf is the batch axis (0: the leading one).
+
+  Returns:
+    The same pytree of `jax.Array`s with sharding `batch_sharding(mesh, batch_axis)`.
+
+  Raises:
+    ValueError: if a leaf has no axis `batch_axis` (a scalar), leaves disagree on
+      the batch size, or the batch size is not divisible by the size of the
+      `data` axis (times the `fsdp` axis).
+  """
+  sharding = batch_sharding(mesh, batch_axis)
+  return jax.tree.map(
+      lambda host: jax.make_array_from_callback(host.shape, sharding,
+                                                lambda index: host[index]),
+      check_batch(batch, mesh, batch_axis))
 
 
 def check_launcher_args(coordinator_address: str | None = None,

@@ -68,10 +68,13 @@ Rerunning with the same workdir resumes from the newest checkpoint in
 `workdir/checkpoints`; because batches and per-step keys are pure functions of
 (seed, step), a killed-and-resumed run ends with exactly the parameters of an
 uninterrupted one. The NaN guard is part of the compiled call: it records the
-first update whose loss, metrics or new state is non-finite (the step, which
-value, the value) in a few device scalars, which the host reads only at log and
-checkpoint steps, with the metrics it fetches there anyway. The run then stops
-with `NonFiniteError` naming that update, before anything after it is
+first update whose loss or metrics are non-finite (the step, which value, the
+value; the gradient norm covers every gradient) in a few device scalars, which the
+host reads only at log and checkpoint steps, with the metrics it fetches there
+anyway; there the state (parameters and optimizer state) is also checked, once,
+by a separate reduction rather than after every update. The run then stops with
+`NonFiniteError` naming that update (or, for a state that went non-finite while
+every metric stayed finite, that check's step), before anything after it is
 checkpointed: the newest checkpoint is the last good state, and a rerun resumes
 from it. A newest checkpoint that no longer restores (a damaged file) is skipped
 with one logged line, and the run resumes from the newest one that does.
@@ -129,7 +132,8 @@ from common import partitioning
 from common import trials
 from common.metrics import MetricsWriter
 from common.sharding import (DATA_AXIS, FSDP_AXIS, MESH_AXES, TENSOR_AXIS, batch_axes,
-                             batch_shards, maybe_initialize_distributed, mesh_from_sizes,
+                             batch_sharding, batch_shards, check_batch,
+                             maybe_initialize_distributed, mesh_from_sizes,
                              replicated_sharding, shard_batch)
 
 CHECKPOINT_SUBDIR = "checkpoints"
@@ -217,9 +221,10 @@ def default_train_config(**overrides: Any) -> ml_collections.ConfigDict:
     log_every: log metrics at steps s with s % log_every == 0, and the last (>= 1).
     progress_bar: show a tqdm bar with the live loss.
     distributed: call `jax.distributed.initialize()` first (multi-host runs).
-    nan_guard: raise `NonFiniteError` naming the first update whose loss,
-      metrics or state is non-finite. The check runs inside the compiled step
-      and is read at log and checkpoint steps (no per-step transfer), so the
+    nan_guard: raise `NonFiniteError` naming the first update whose loss or
+      metrics are non-finite, or a non-finite state. The metrics are checked
+      inside the compiled step and the state at log and checkpoint steps, both
+      read there (no per-step transfer), so the
       error comes at the first of those at or after that update, before
       anything non-finite is saved. Off, the run goes on, and a checkpoint step
       whose update is non-finite is not saved.
@@ -371,9 +376,16 @@ def _checked_loss(loss_fn: Callable, params: Any, batch: Any, key: jax.Array):
 
 
 def _all_finite(tree: Any) -> jax.Array:
-  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
-            if jnp.issubdtype(x.dtype, jnp.inexact)]
-  return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+  """Whether every floating-point leaf of `tree` is finite, as one bool.
+
+  sum(x * 0) is 0 when every element of x is finite and NaN as soon as one is NaN or
+  infinite (and, unlike sum(x), cannot overflow): one reduction per leaf with the
+  multiply fused into it, against isfinite + all + a stack, which on a small model
+  costs as many kernels as the update itself.
+  """
+  sums = [jnp.sum(x * 0, dtype=jnp.float32) for x in jax.tree.leaves(tree)
+          if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.isfinite(sum(sums)) if sums else jnp.array(True)
 
 
 def _make_state(key: jax.Array, init_fn: Callable, opt_init: Callable) -> TrainState:
@@ -392,9 +404,10 @@ class _Shardings:
     self.tree = tree
     leaves, treedef = jax.tree.flatten(tree)
     self._key = (treedef, tuple(leaves))
+    self._hash = hash(self._key)  # Looked up on every compiled call of the loop.
 
   def __hash__(self):
-    return hash(self._key)
+    return self._hash
 
   def __eq__(self, other):
     return isinstance(other, _Shardings) and self._key == other._key
@@ -439,8 +452,8 @@ def _metric_order(names: Any) -> list[str]:
 
 def _update(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callable,
             opt_update: Callable, gradient_free: bool):
-  """One update (traced): (new state, metrics incl. loss and grad_norm, bool[n + 1]:
-  whether each metric, in `_metric_order`, and then the new state is finite)."""
+  """One update (traced): (new state, metrics incl. loss and grad_norm, bool[n]:
+  whether each metric, in `_metric_order`, is finite)."""
   step_key = jax.random.fold_in(key, state.step)
   if gradient_free:
     updates, opt_state, metrics = _gradient_free_update(
@@ -452,8 +465,7 @@ def _update(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Callable,
     metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **metrics}
   params = optax.apply_updates(state.params, updates)
   new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
-  finite = jnp.stack([jnp.all(jnp.isfinite(metrics[k])) for k in _metric_order(metrics)] +
-                     [_all_finite((params, opt_state))])
+  finite = jnp.stack([jnp.all(jnp.isfinite(metrics[k])) for k in _metric_order(metrics)])
   return new_state, metrics, finite
 
 
@@ -466,7 +478,7 @@ def _train_step(state: TrainState, batch: Any, key: jax.Array, *, loss_fn: Calla
   """One update; returns (new state, metrics incl. loss and grad_norm, all-finite flag)."""
   new_state, metrics, finite = _update(state, batch, key, loss_fn=loss_fn,
                                        opt_update=opt_update, gradient_free=gradient_free)
-  outputs = (metrics, jnp.all(finite))
+  outputs = (metrics, jnp.all(finite) & _all_finite(new_state[1:]))
   return (_pin_state(new_state, mesh, shardings),
           *jax.lax.with_sharding_constraint(outputs, replicated_sharding(mesh)))
 
@@ -476,9 +488,8 @@ class _Guard(NamedTuple):
 
   Attributes:
     step: int32, that update; -1 while every update was finite.
-    index: int32, which value: a metric's index in `_metric_order`, or the number
-      of metrics for the state (parameters or optimizer state).
-    value: float32, that metric's value (NaN for the state).
+    index: int32, which value: a metric's index in `_metric_order`.
+    value: float32, that metric's value.
   """
   step: jax.Array
   index: jax.Array
@@ -494,25 +505,22 @@ def _record(guard: _Guard, step: jax.Array, metrics: Mapping[str, jax.Array],
             finite: jax.Array) -> _Guard:
   """`guard`, or update `step`'s first non-finite value if it is the first one."""
   values = jnp.stack([jnp.asarray(metrics[k]).astype(jnp.float32)
-                      for k in _metric_order(metrics)] + [jnp.float32(jnp.nan)])
+                      for k in _metric_order(metrics)])
   first = jnp.argmin(finite).astype(jnp.int32)  # The first False (0 if none: unused).
   trips = (guard.step < 0) & ~jnp.all(finite)
   return _Guard(jnp.where(trips, step, guard.step), jnp.where(trips, first, guard.index),
                 jnp.where(trips, values[first], guard.value))
 
 
-@functools.partial(jax.jit, donate_argnums=0,
-                   static_argnames=("loss_fn", "opt_update", "mesh", "gradient_free",
-                                    "shardings"))
-def _train_steps(state: TrainState, guard: _Guard, batches: Any, key: jax.Array, *,
-                 loss_fn: Callable, opt_update: Callable, mesh: jax.sharding.Mesh,
-                 gradient_free: bool = False, shardings: _Shardings | None = None):
-  """The loop's compiled call: the K updates of the batches stacked on `batches`' leading
-  axis, a `lax.scan` of `_update` (K = 1: the update itself). Compiled once per K.
+def _steps_body(state: TrainState, guard: _Guard, batches: Any, key: jax.Array, *,
+                loss_fn: Callable, opt_update: Callable, mesh: jax.sharding.Mesh,
+                gradient_free: bool, shardings: _Shardings | None):
+  """The K updates of the batches stacked on `batches`' leading axis, a `lax.scan` of
+  `_update` (K = 1: the update itself); traced by `_compiled_steps`.
 
   Returns:
-    (state after the K updates, `guard` with their first non-finite value recorded,
-    the metrics of the last update, whether all of its values are finite).
+    (state after the K updates, `guard` with their first non-finite metric recorded,
+    the metrics of the last update, whether all of them are finite).
   """
   update = functools.partial(_update, key=key, loss_fn=loss_fn, opt_update=opt_update,
                              gradient_free=gradient_free)
@@ -532,6 +540,30 @@ def _train_steps(state: TrainState, guard: _Guard, batches: Any, key: jax.Array,
   outputs = (guard, metrics, finite)
   return (_pin_state(state, mesh, shardings),
           *jax.lax.with_sharding_constraint(outputs, replicated_sharding(mesh)))
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_steps(loss_fn: Callable, opt_update: Callable, mesh: jax.sharding.Mesh,
+                    gradient_free: bool, shardings: _Shardings | None) -> Callable:
+  """The loop's jitted, state-donating call for these static arguments.
+
+  Its batches argument is placed with `batch_sharding(mesh, batch_axis=1)` by jit
+  itself, so host (NumPy) batches go to the devices in jit's C++ dispatch: on a small
+  model a Python `shard_batch` per call costs as much as the update. Global
+  `jax.Array` batches (multi-process runs) already carry that sharding.
+  """
+  body = functools.partial(_steps_body, loss_fn=loss_fn, opt_update=opt_update, mesh=mesh,
+                           gradient_free=gradient_free, shardings=shardings)
+  return jax.jit(body, donate_argnums=0,
+                 in_shardings=(None, None, batch_sharding(mesh, batch_axis=1), None))
+
+
+def _train_steps(state: TrainState, guard: _Guard, batches: Any, key: jax.Array, *,
+                 loss_fn: Callable, opt_update: Callable, mesh: jax.sharding.Mesh,
+                 gradient_free: bool = False, shardings: _Shardings | None = None):
+  """The loop's compiled call (`_steps_body`), compiled once per static arguments and K."""
+  return _compiled_steps(loss_fn, opt_update, mesh, bool(gradient_free), shardings)(
+      state, guard, batches, key)
 
 
 def _hashable(fn: Callable) -> Callable:
@@ -618,14 +650,19 @@ def _ordered_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
   return {k: float(metrics[k]) for k in _metric_order(metrics)}
 
 
-def _tripped(guard: _Guard, names: list[str]) -> tuple[int, str, float] | None:
-  """(step, name, value) of the first non-finite value a host copy of the guard
-  recorded (`names`: the metric names in `_metric_order`), else None."""
-  step, index = int(guard.step), int(guard.index)
-  if step < 0:
-    return None
-  return (step, "state", float("nan")) if index == len(names) else (
-      step, names[index], float(guard.value))
+def _tripped(guard: _Guard, names: list[str], state_finite: bool,
+             step: int) -> tuple[int, str, float] | None:
+  """(step, name, value) of the first non-finite metric a host copy of the guard
+  recorded (`names`: the metric names in `_metric_order`), else ("state" at `step`,
+  the update just checked) if the state is not finite, else None."""
+  first, index = int(guard.step), int(guard.index)
+  if first >= 0:
+    return first, names[index], float(guard.value)
+  return None if state_finite else (step, "state", float("nan"))
+
+
+# The state's finiteness, checked where the loop reads the guard (not every update).
+_state_finite = jax.jit(lambda state: _all_finite((state.params, state.opt_state)))
 
 
 def _call_end(begin: int, config: Any) -> int:
@@ -921,6 +958,8 @@ def train(*, init_fn: Callable[[jax.Array], Any],
                            f"config.batch_size={config.batch_size}")
       batches.append(batch)
     stacked = _stack(batches, f"batch_fn for steps {begin}..{end - 1}")
+    if jax.process_count() == 1:  # jit places host arrays (`_compiled_steps`).
+      return check_batch(stacked, mesh, batch_axis=1), next_carry
     return shard_batch(stacked, mesh, batch_axis=1), next_carry
 
   directory = os.path.abspath(os.path.join(workdir, CHECKPOINT_SUBDIR))
@@ -984,9 +1023,10 @@ def train(*, init_fn: Callable[[jax.Array], Any],
           is_checkpoint = done == num_steps or (
               config.checkpoint_every and done % config.checkpoint_every == 0)
           if is_log or is_checkpoint:
-            host_metrics, host_guard, host_finite = jax.device_get((metrics, guard, finite))
+            host_metrics, host_guard, host_finite, state_finite = jax.device_get(
+                (metrics, guard, finite, _state_finite(state)))
             host_metrics = _ordered_floats(host_metrics)
-            bad = _tripped(host_guard, list(host_metrics))
+            bad = _tripped(host_guard, list(host_metrics), state_finite, done - 1)
             if bad is not None and config.nan_guard:
               raise NonFiniteError(*bad, last_good_step=saved or None)
             progress.set_postfix(loss=f"{host_metrics['loss']:.4g}", refresh=False)
@@ -994,7 +1034,7 @@ def train(*, init_fn: Callable[[jax.Array], Any],
               history.append({"step": done - 1, **host_metrics})
               writer.write_scalars(done - 1, host_metrics)
             if is_checkpoint:
-              if host_finite:
+              if host_finite and state_finite:
                 saving = True
                 checkpoint.save(manager, done, state)
                 saving, saved = False, done
@@ -1081,7 +1121,7 @@ def _save_on_exit(manager, step: int, state: TrainState, guard: _Guard | None,
     if any(leaf.is_deleted() for leaf in jax.tree.leaves(state)):
       return
     guard_step = -1 if guard is None else int(jax.device_get(guard.step))
-    if not bool(jax.device_get(finite)) or guard_step >= 0:
+    if not (bool(jax.device_get(finite)) and bool(_state_finite(state))) or guard_step >= 0:
       logging.warning("Not checkpointing step %d on exit: non-finite values", step)
       return
     logging.warning("Interrupted: checkpointing step %d before exiting", step)

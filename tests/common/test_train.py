@@ -263,6 +263,27 @@ def test_nan_guard_catches_a_non_finite_metric(tmp_path):
     run(tmp_path, loss=loss_with_ratio, batches=batches)
 
 
+def test_nan_guard_catches_a_state_that_goes_non_finite_with_finite_metrics(tmp_path):
+  """An optimizer whose last update is NaN: every loss and gradient stays finite, so only
+  the state check at the final log/checkpoint step can see it, and nothing is saved."""
+  def nan_from(bad_step):
+    def update(updates, state, params=None):
+      del params
+      bad = state >= bad_step
+      return jax.tree.map(lambda u: jnp.where(bad, jnp.nan, u), updates), state + 1
+    return optax.chain(optax.sgd(1e-2),
+                       optax.GradientTransformation(lambda p: jnp.int32(0), update))
+
+  config = make_config(num_steps=6, checkpoint_every=0, log_every=100)
+  with pytest.raises(NonFiniteError, match="non-finite state=nan at step 5") as info:
+    train(init_fn=init_fn, loss_fn=loss_fn, batch_fn=batch_fn, optimizer=nan_from(5),
+          config=config, workdir=tmp_path)
+  assert info.value.name == "state"
+  manager = checkpoint.make_manager(tmp_path / "checkpoints", keep=2)
+  assert manager.all_steps() == []
+  manager.close()
+
+
 def test_without_guard_a_non_finite_state_is_never_saved(tmp_path):
   result = run(tmp_path, batches=_nan_at(3), checkpoint_every=2, nan_guard=False,
                num_steps=6)
@@ -714,7 +735,7 @@ def test_k_steps_per_call_equal_one_step_per_call(one_step, tmp_path, monkeypatc
 
   def recorded(state, guard, batches, key, **kwargs):
     calls.append(jax.tree.leaves(batches)[0].shape[0])
-    assert batches["x"].sharding.spec == jax.sharding.PartitionSpec(None, "data")
+    assert isinstance(batches["x"], np.ndarray)  # jit places it (`_compiled_steps`).
     return real(state, guard, batches, key, **kwargs)
 
   def counted_loss(params, batch, key):
@@ -823,3 +844,12 @@ def test_k_steps_with_on_policy_is_a_one_line_error_before_any_work(tmp_path):
           optimizer=OPTIMIZER, config=make_config(steps_per_call=4),
           workdir=tmp_path / "run", on_policy=True)
   assert "\n" not in str(info.value) and not (tmp_path / "run").exists()
+
+
+def test_all_finite_flags_any_nan_or_inf_and_never_overflows():
+  big = jnp.full((1000,), 3e38, jnp.float32)  # sum(x) would overflow to inf.
+  assert bool(train_lib._all_finite({"w": big, "step": jnp.int32(7)}))
+  for bad in (jnp.nan, jnp.inf, -jnp.inf):
+    tree = {"w": big, "b": jnp.zeros((3, 2), jnp.bfloat16).at[2, 1].set(bad)}
+    assert not bool(jax.jit(train_lib._all_finite)(tree)), bad
+  assert bool(train_lib._all_finite({"n": jnp.arange(3)}))  # no float leaves
