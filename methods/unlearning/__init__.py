@@ -4,7 +4,7 @@ Public API:
   Objective, Task, CLState, make_task, pad_tasks, forget, forget_task, only,
   stage_loss, stage_grad                                             (objective.py)
   fit_stage_newton, train_sequence                                   (continual.py)
-  loop_stage_fitter                                     (loop.py: the shared loop)
+  loop_stage_fitter, scan_stage_fitter     (loop.py: the shared loop; one compiled scan)
   build_state, build_states, store_curvature, unlearn, UnlearnConfig,
   Unlearned                                                          (unlearn.py)
   uniform_plan, hybrid_plan, method_plan, KINDS, METHODS             (hybrid.py)
@@ -36,6 +36,7 @@ from methods.unlearning.hybrid import method_plan
 from methods.unlearning.hybrid import METHODS
 from methods.unlearning.hybrid import uniform_plan
 from methods.unlearning.loop import loop_stage_fitter
+from methods.unlearning.loop import scan_stage_fitter
 from methods.unlearning.objective import CLState
 from methods.unlearning.objective import forget
 from methods.unlearning.objective import forget_task
@@ -62,8 +63,8 @@ __all__ = [
     "accounting", "baselines", "certificate", "continual", "gradient", "hessian", "hybrid",
     "loop", "metrics", "objective", "single",
     "fit_stage_newton", "train_sequence", "hybrid_plan", "KINDS", "method_plan", "METHODS",
-    "uniform_plan", "loop_stage_fitter", "CLState", "forget", "forget_task", "make_task",
-    "Objective", "only", "pad_tasks", "stage_grad", "stage_loss", "Task", "fit_model",
+    "uniform_plan", "loop_stage_fitter", "scan_stage_fitter", "CLState", "forget",
+    "forget_task", "make_task", "Objective", "only", "pad_tasks", "stage_grad", "stage_loss", "Task", "fit_model",
     "Model", "prepare_model", "Removal", "remove", "build_state", "build_states",
     "store_curvature", "unlearn", "UnlearnConfig", "Unlearned",
 ]
