@@ -9,7 +9,8 @@ Public API:
   Unlearned                                                          (unlearn.py)
   uniform_plan, hybrid_plan, method_plan, KINDS, METHODS             (hybrid.py)
   Model, Removal, fit_model, prepare_model, remove      (single.py: one model)
-  hessian.*   curvature, data_hessian, data_ggn, *_diag, hvp, cg_solve, lissa_solve
+  hessian.*   curvature, data_hessian, data_ggn, *_diag, hvp, cg_solve, default_cg_tol,
+              lissa_solve, newton_matrix_free
   gradient.*  gradient_descent, linear_smoothness, estimated_smoothness
   certificate.*  gaussian_sigma, gaussian_delta, propagated_bound, certify, release
   accounting.*   tree_bytes, state_bytes, Storage

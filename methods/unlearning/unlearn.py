@@ -50,7 +50,8 @@ class UnlearnConfig(NamedTuple):
     smoothness: "linear" (the analytic bound for linear models, a certificate) or
       "power" (power-iteration estimate on the GGN, for the MLP).
     cg_iters: conjugate-gradient iterations at most ("cg", "cg_ggn").
-    cg_tol: CG's relative residual tolerance ||r|| <= cg_tol ||g|| ("cg", "cg_ggn").
+    cg_tol: CG's relative residual tolerance ||r|| <= cg_tol ||g|| ("cg", "cg_ggn");
+      None: `hessian.default_cg_tol` of the parameters' dtype (1e-10 in float64).
     lissa_depth: LiSSA Neumann terms ("lissa").
 
   The power iteration of "power" draws its start vectors from the explicit `key`
@@ -61,7 +62,7 @@ class UnlearnConfig(NamedTuple):
   smoothness: str = "linear"
   cg_iters: int = 200
   lissa_depth: int = 500
-  cg_tol: float = hessian.CG_TOL
+  cg_tol: float | None = None
 
 
 class Unlearned(NamedTuple):

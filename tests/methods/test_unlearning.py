@@ -238,6 +238,9 @@ def test_compiled_matrix_free_stage_equals_step_by_step_newton(x64, method, gaus
     loose = hessian.newton_matrix_free(obj, start, anchor, task, 3, method, 100,
                                        gauss_newton, None, 1e-2)
     assert 0 < np.abs(_flat(loose) - _flat(out)).max() < 1e-2
+  # CG stops at 1e-10, or at 10 float32 epsilons in float32.
+  assert hessian.default_cg_tol(jnp.float64) == 1e-10
+  assert hessian.default_cg_tol(jnp.float32) == pytest.approx(1.19e-6, rel=1e-2)
 
 
 def test_storage_accounting_matches_pytree_sizes(x64):
