@@ -65,7 +65,8 @@ __all__ = [
     "loop", "metrics", "objective", "single",
     "fit_stage_newton", "train_sequence", "hybrid_plan", "KINDS", "method_plan", "METHODS",
     "uniform_plan", "loop_stage_fitter", "scan_stage_fitter", "CLState", "forget",
-    "forget_task", "make_task", "Objective", "only", "pad_tasks", "stage_grad", "stage_loss", "Task", "fit_model",
+    "forget_task", "make_task", "Objective", "only", "pad_tasks", "stage_grad", "stage_loss",
+    "Task", "fit_model",
     "Model", "prepare_model", "Removal", "remove", "build_state", "build_states",
     "store_curvature", "unlearn", "UnlearnConfig", "Unlearned",
 ]
