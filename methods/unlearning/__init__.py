@@ -4,12 +4,13 @@ Public API:
   Objective, Task, CLState, make_task, pad_tasks, forget, forget_task, only,
   stage_loss, stage_grad                                             (objective.py)
   fit_stage_newton, train_sequence                                   (continual.py)
-  loop_stage_fitter                                     (loop.py: the shared loop)
+  loop_stage_fitter, scan_stage_fitter     (loop.py: the shared loop; one compiled scan)
   build_state, build_states, store_curvature, unlearn, UnlearnConfig,
   Unlearned                                                          (unlearn.py)
   uniform_plan, hybrid_plan, method_plan, KINDS, METHODS             (hybrid.py)
   Model, Removal, fit_model, prepare_model, remove      (single.py: one model)
-  hessian.*   curvature, data_hessian, data_ggn, *_diag, hvp, cg_solve, lissa_solve
+  hessian.*   curvature, data_hessian, data_ggn, *_diag, hvp, cg_solve, default_cg_tol,
+              lissa_solve, newton_matrix_free
   gradient.*  gradient_descent, linear_smoothness, estimated_smoothness
   certificate.*  gaussian_sigma, gaussian_delta, propagated_bound, certify, release
   accounting.*   tree_bytes, state_bytes, Storage
@@ -36,6 +37,7 @@ from methods.unlearning.hybrid import method_plan
 from methods.unlearning.hybrid import METHODS
 from methods.unlearning.hybrid import uniform_plan
 from methods.unlearning.loop import loop_stage_fitter
+from methods.unlearning.loop import scan_stage_fitter
 from methods.unlearning.objective import CLState
 from methods.unlearning.objective import forget
 from methods.unlearning.objective import forget_task
@@ -62,8 +64,9 @@ __all__ = [
     "accounting", "baselines", "certificate", "continual", "gradient", "hessian", "hybrid",
     "loop", "metrics", "objective", "single",
     "fit_stage_newton", "train_sequence", "hybrid_plan", "KINDS", "method_plan", "METHODS",
-    "uniform_plan", "loop_stage_fitter", "CLState", "forget", "forget_task", "make_task",
-    "Objective", "only", "pad_tasks", "stage_grad", "stage_loss", "Task", "fit_model",
+    "uniform_plan", "loop_stage_fitter", "scan_stage_fitter", "CLState", "forget",
+    "forget_task", "make_task", "Objective", "only", "pad_tasks", "stage_grad", "stage_loss",
+    "Task", "fit_model",
     "Model", "prepare_model", "Removal", "remove", "build_state", "build_states",
     "store_curvature", "unlearn", "UnlearnConfig", "Unlearned",
 ]

@@ -1,4 +1,5 @@
-"""Stage fits on the shared training loop (`common.train`), for models Newton cannot fit.
+"""Stage fits by an optimizer, for models Newton cannot fit: on the shared training loop
+(`common.train`), or as one compiled scan (the retrain oracle at its fastest).
 
 A stage of (1) is trained by full-batch gradient steps of an optax optimizer from the
 anchor:
@@ -16,6 +17,10 @@ Each stage trains in its own directory under `root`: named by a hash of (anchor,
 so a rerun resumes from the stage's checkpoint, or, from `.fresh()`, a new temporary
 directory that is deleted afterwards (for a timed retrain that must not reuse anything).
 The checkpoints and metrics are the loop's I/O; the functions here only choose where.
+
+`scan_stage_fitter` runs the same steps as one jitted `lax.scan` on device-resident
+data: no host transfer, log or checkpoint between steps (nothing to resume from), so a
+timed retrain measures the optimizer's arithmetic alone.
 """
 
 from __future__ import annotations
@@ -136,3 +141,46 @@ def loop_stage_fitter(obj: Objective, optimizer: optax.GradientTransformation,
   """
   return LoopStageFitter(loss_fn=functools.partial(stage_loss_fn, obj),
                          optimizer=anchored(optimizer), train_config=train_config, root=root)
+
+
+def _scan_fit(obj: Objective, optimizer: optax.GradientTransformation, num_steps: int,
+              anchor, task: Task):
+  """theta after `num_steps` full-batch steps of `optimizer` on L(. ; anchor, task)."""
+  def step(carry, _):
+    theta, opt_state = carry
+    grad = jax.grad(stage_loss, argnums=1)(obj, theta, anchor, task)
+    updates, opt_state = optimizer.update(grad, opt_state, theta)
+    return (optax.apply_updates(theta, updates), opt_state), None
+
+  (theta, _), _ = jax.lax.scan(step, (anchor, optimizer.init(anchor)), None,
+                               length=num_steps)
+  return theta
+
+
+def scan_stage_fitter(obj: Objective, optimizer: optax.GradientTransformation,
+                      num_steps: int) -> Callable[[Any, Task], Any]:
+  """A fit_stage running `num_steps` full-batch steps of `optimizer` on (1) in one jit.
+
+      theta_0 = a,   theta_{s+1} = optimizer update of grad L_t(theta_s; a, D_t)
+
+  as `loop_stage_fitter` computes it, as a `lax.scan` compiled once per (task shape,
+  dtype): the retrain oracle with no per-step host transfer, log or checkpoint write.
+
+  Args:
+    obj: the objective (1).
+    optimizer: the optax optimizer of theta.
+    num_steps: steps per stage (>= 1).
+
+  Returns:
+    fit(anchor, task) -> theta, a jitted function.
+
+  Raises:
+    ValueError: num_steps < 1.
+
+  Example:
+    >>> fit = scan_stage_fitter(obj, optax.adam(1e-2), 1500)
+    >>> target = baselines.retrain(fit, anchors, forget_task(tasks, 0), 0)
+  """
+  if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+    raise ValueError(f"scan_stage_fitter: num_steps={num_steps!r}; expected an int >= 1")
+  return jax.jit(functools.partial(_scan_fit, obj, optimizer, num_steps))

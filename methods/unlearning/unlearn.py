@@ -50,6 +50,8 @@ class UnlearnConfig(NamedTuple):
     smoothness: "linear" (the analytic bound for linear models, a certificate) or
       "power" (power-iteration estimate on the GGN, for the MLP).
     cg_iters: conjugate-gradient iterations at most ("cg", "cg_ggn").
+    cg_tol: CG's relative residual tolerance ||r|| <= cg_tol ||g|| ("cg", "cg_ggn");
+      None: `hessian.default_cg_tol` of the parameters' dtype (1e-10 in float64).
     lissa_depth: LiSSA Neumann terms ("lissa").
 
   The power iteration of "power" draws its start vectors from the explicit `key`
@@ -60,6 +62,7 @@ class UnlearnConfig(NamedTuple):
   smoothness: str = "linear"
   cg_iters: int = 200
   lissa_depth: int = 500
+  cg_tol: float | None = None
 
 
 class Unlearned(NamedTuple):
@@ -195,7 +198,14 @@ def stage_update(kind: str, obj: Objective, start, anchor, task: Task, stored,
   """
   if kind == "gradient":
     return _gradient_stage(obj, start, anchor, task, config, key, t)
-  scale = _smoothness(obj, start, task, config, key, t) if kind == "lissa" else None
+  if kind in hessian.MATRIX_FREE:
+    lissa = kind == "lissa"
+    scale = _smoothness(obj, start, task, config, key, t) if lissa else None
+    params = hessian.newton_matrix_free(
+        obj, start, anchor, task, config.newton_steps, "lissa" if lissa else "cg",
+        config.lissa_depth if lissa else config.cg_iters, kind == "cg_ggn", scale,
+        config.cg_tol)
+    return params, float("inf")
   params = start
   for _ in range(config.newton_steps):
     grad = stage_grad(obj, params, anchor, task)
@@ -203,12 +213,6 @@ def stage_update(kind: str, obj: Objective, start, anchor, task: Task, stored,
       params = hessian.newton_dense(params, grad, stored)
     elif kind in ("diag", "diag_ggn"):
       params = hessian.newton_diag(obj, params, grad, stored)
-    elif kind in ("cg", "cg_ggn"):
-      params = hessian.newton_matrix_free(obj, params, grad, task, "cg", config.cg_iters,
-                                          kind == "cg_ggn", None, start)
-    elif kind == "lissa":
-      params = hessian.newton_matrix_free(obj, params, grad, task, "lissa",
-                                          config.lissa_depth, False, scale, start)
     else:
       raise ValueError(f"unknown stage kind {kind!r}")
   return params, float("inf")

@@ -204,6 +204,45 @@ def test_hvp_cg_lissa_and_ggn_match_dense_on_a_small_mlp(x64, rng):
   assert np.linalg.eigvalsh(gap).min() > -1e-12
 
 
+@pytest.mark.parametrize("method,gauss_newton", [("cg", True), ("cg", False),
+                                                  ("lissa", False)])
+def test_compiled_matrix_free_stage_equals_step_by_step_newton(x64, method, gauss_newton):
+  # One jitted program for all the stage's Newton steps (the model linearized once) =
+  # the steps one by one, each with a fresh product at the stage's start.
+  net = MLP((6, 3), activation=jnp.tanh)
+  rng = np.random.default_rng(1)
+  task = ul.make_task(rng.normal(size=(30, 4)), rng.integers(0, 3, size=30),
+                      (np.arange(30) < 24).astype(float))
+  obj = ul.Objective(net.apply, "softmax_ce", 0.5, 0.1)
+  start = jax.tree.map(lambda a: a.astype(jnp.float64),
+                       net.init(jax.random.PRNGKey(0), task.x[:1]))
+  start = ul.fit_stage_newton(obj, start, task, tol=1e-12)   # theta_t of the old anchor
+  anchor = jax.tree.map(lambda a: a + 0.05, start)          # the anchor moved
+  m, scale = obj.strong_convexity, 50.0
+  flat, unravel = jax.flatten_util.ravel_pytree(start)
+  dense = (hessian.data_ggn if gauss_newton else hessian.data_hessian)(obj, start, task)
+  matvec, x = lambda v: dense @ v, flat
+  for _ in range(3):
+    g = _flat(ul.stage_grad(obj, unravel(x), anchor, task))
+    x = x - (hessian.cg_solve(matvec, g, m, maxiter=100) if method == "cg"
+             else hessian.lissa_solve(matvec, g, m, scale, depth=100))
+  out = hessian.newton_matrix_free(obj, start, anchor, task, 3, method, 100, gauss_newton,
+                                   scale if method == "lissa" else None)
+  np.testing.assert_allclose(_flat(out), np.asarray(x), atol=1e-9)
+  # The stage converges to the minimiser of L(. ; anchor, task), and a loose CG
+  # tolerance stops earlier at a nearby point.
+  before, after = (float(objective.stage_grad_norm(obj, p, anchor, task))
+                   for p in (start, out))
+  assert after < 0.1 * before
+  if method == "cg":
+    loose = hessian.newton_matrix_free(obj, start, anchor, task, 3, method, 100,
+                                       gauss_newton, None, 1e-2)
+    assert 0 < np.abs(_flat(loose) - _flat(out)).max() < 1e-2
+  # CG stops at 1e-10, or at 10 float32 epsilons in float32.
+  assert hessian.default_cg_tol(jnp.float64) == 1e-10
+  assert hessian.default_cg_tol(jnp.float32) == pytest.approx(1.19e-6, rel=1e-2)
+
+
 def test_storage_accounting_matches_pytree_sizes(x64):
   tasks, obj, fit, anchors = _sequence("softmax_ce")
   d = 5 * 3 + 3

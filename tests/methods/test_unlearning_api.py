@@ -1,7 +1,7 @@
 """Certified unlearning, the public API around the method: the single-model entry point
 against the one-task continual path and exact retraining, named plans, shared
-curvature, explicit keys, the shared-loop stage fitter against a hand-written optax
-loop, task padding, and the package's import graph (no cycle)."""
+curvature, explicit keys, the shared-loop and compiled-scan stage fitters against a
+hand-written optax loop, task padding, and the package's import graph (no cycle)."""
 
 import ast
 import functools
@@ -161,6 +161,11 @@ def test_loop_stage_fitter_runs_the_optimizer_on_the_stage_objective(tmp_path):
     updates, state = opt.update(ul.stage_grad(obj, params, anchor, task), state, params)
     params = optax.apply_updates(params, updates)
   np.testing.assert_allclose(_flat(theta), _flat(params), rtol=1e-5, atol=1e-6)
+  # The retrain oracle's compiled scan takes the same steps.
+  scan = ul.scan_stage_fitter(obj, optax.adam(1e-2), 5)(anchor, task)
+  np.testing.assert_allclose(_flat(scan), _flat(params), rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="num_steps=0"):
+    ul.scan_stage_fitter(obj, optax.adam(1e-2), 0)
   assert os.listdir(tmp_path) == [os.path.basename(fit.workdir(anchor, {
       "x": np.asarray(task.x), "y": np.asarray(task.y), "w": np.asarray(task.w)}))]
   # A rerun restores the stage's checkpoint; a fresh fit retrains and leaves nothing.
