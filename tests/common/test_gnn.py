@@ -56,12 +56,15 @@ def test_block_equals_the_concatenated_graph_network():
   params = block.init(jax.random.PRNGKey(0), g)
   # Same parameter tree as LayerNormMLPs on the concatenations (4 latent + 3 -> latent).
   assert params["params"]["edge"]["mlp"]["dense_0"]["kernel"].shape == (3 * LATENT + 3, LATENT)
-  out, ref = jax.jit(block.apply)(params, g), _reference_block(params, g)
-  np.testing.assert_allclose(out.nodes, ref.nodes, atol=1e-5)
-  np.testing.assert_allclose(out.edges, ref.edges, atol=1e-5)
-  loss = lambda fn: lambda p: jnp.sum(jnp.sin(fn(p, g).nodes))
-  grads = jax.jit(jax.grad(loss(block.apply)))(params)
-  ref_grads = jax.grad(loss(_reference_block))(params)
+  def loss_and_grad(apply_fn):  # values and gradients in one compiled function
+    def loss(p):
+      out = apply_fn(p, g)
+      return jnp.sum(jnp.sin(out.nodes)), (out.nodes, out.edges)
+    return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+  (_, out), grads = loss_and_grad(block.apply)
+  (_, ref), ref_grads = loss_and_grad(_reference_block)
+  np.testing.assert_allclose(out[0], ref[0], atol=1e-5)
+  np.testing.assert_allclose(out[1], ref[1], atol=1e-5)
   for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
     np.testing.assert_allclose(a, b, atol=1e-4)
 
