@@ -28,7 +28,9 @@ channels, its gradient and one Adam(lr 1e-3) update.
   equations and widths: the conditioning e = LNMLP([phi(t), psi(c)]) per graph,
   node encoder LNMLP([x, static features]), edge encoder LNMLP([dx, dy, |d|]/s), blocks
   e' = e + LNMLP_e([e, h_s, h_r, g]), h' = h + LNMLP_v([h, sum_in e', g]) (gather with
-  indexing, aggregation with ``index_add_``), decoder MLP without LayerNorm; GELU (tanh
+  indexing, aggregation with ``index_add_``; the edge input concatenated, as MeshGraphNet
+  implementations write it, where ours splits the first layer by input part: the same
+  function), decoder MLP without LayerNorm; GELU (tanh
   form, as ``flax.linen.gelu``), LayerNorm eps 1e-6 (flax's); B graphs merged into one
   with offset indices; ``torch.optim.Adam(lr=1e-3)`` (torch's default implementation).
   The peer is timed with ``torch.set_num_threads`` 1 and the number of cores JAX can use
@@ -53,7 +55,8 @@ runs on the unpadded graph (it needs no static shapes); ours runs on the padded 
 (sizes rounded up to a multiple of 32 per sample), a cost of ``jit`` that is counted.
 A markdown table for docs/benchmarks.md comes last. ``--tiny`` uses the tiny preset's
 mesh and hierarchy (150 nodes, one coarse level) with batch 2, one configuration, 1 block
-of 1 step, torch on 1 thread unless ``--torch_threads`` says otherwise, in seconds (the
+of 1 step, no "no YNN" run, torch on 1 thread unless ``--torch_threads`` says otherwise,
+in seconds (the
 suite's smoke test, beside the rest of the suite); the peer checks run as at full size.
 """
 
