@@ -1,6 +1,6 @@
 """Benchmark: the CGFM vector-field network's training step, ours (JAX) vs a PyTorch peer.
 
-  python -m experiments.benchmarks.cgfm [--num_points=400] [--large_points=2000]
+  python -m experiments.benchmarks.cgfm [--num_points=400] [--large_points=2000,20000]
       [--batch_size=8] [--repeats=5] [--steps=10] [--seed=0] [--torch_threads=0] [--tiny]
 
 (torch is a benchmark-only dependency, installed by ``make bench``; nothing at run time
@@ -20,25 +20,32 @@ channels, its gradient and one Adam(lr 1e-3) update.
   networks come from ``methods.cgfm.variants``, as in the experiment. Two models: (a)
   the single-level network (``variant_model(None, ...)``: a MeshGraphNet with
   B (2L - 1) conditioned blocks) and (b) the 3-level HieraGraphNet on the aware
-  hierarchy (``variant_graph(..., method="aware")``).
+  hierarchy (``variant_graph(..., method="aware")``). The network is the experiment's:
+  receiver-sorted edges and the split-weight InteractionBlock (``common.models.gnn``).
+  (a) is also compiled with XLA:CPU's YNNPACK fusions off (``NO_YNN_FUSION``, one
+  compiler option of that compilation; the experiment keeps XLA's defaults).
 * torch: a re-implementation of (a) in ``torch.nn``, eager, float32, with the same
   equations and widths: the conditioning e = LNMLP([phi(t), psi(c)]) per graph,
   node encoder LNMLP([x, static features]), edge encoder LNMLP([dx, dy, |d|]/s), blocks
   e' = e + LNMLP_e([e, h_s, h_r, g]), h' = h + LNMLP_v([h, sum_in e', g]) (gather with
-  indexing, aggregation with ``index_add_``), decoder MLP without LayerNorm; GELU (tanh
+  indexing, aggregation with ``index_add_``; the edge input concatenated, as MeshGraphNet
+  implementations write it, where ours splits the first layer by input part: the same
+  function), decoder MLP without LayerNorm; GELU (tanh
   form, as ``flax.linen.gelu``), LayerNorm eps 1e-6 (flax's); B graphs merged into one
   with offset indices; ``torch.optim.Adam(lr=1e-3)`` (torch's default implementation).
-  ``torch.set_num_threads`` is the number of cores JAX can use (the process's CPU
-  affinity) unless ``--torch_threads`` says otherwise: on a loaded machine torch's
-  intra-op pool degrades badly once an op is big enough to run in parallel (threads
-  wait for descheduled siblings; seen as a 30x jump from 150 to 300 nodes on a busy
-  2-core machine), so measure on an idle one, or compare with ``--torch_threads=1``.
+  The peer is timed with ``torch.set_num_threads`` 1 and the number of cores JAX can use
+  (the process's CPU affinity), each in its own process, and the faster one is compared
+  (``--torch_threads`` fixes one count): on a loaded machine torch's intra-op pool
+  degrades badly once an op is big enough to run in parallel (threads wait for
+  descheduled siblings), so measure on an idle one.
   The peer is checked: its parameter count must equal ours, and after loading our
   initial parameters its field on the same (t, x_t, c) must match ours.
 
-Per configuration (quick-preset mesh size ``num_points`` and ``large_points``) it
-prints the median step time (ms) of ``repeats`` blocks of ``steps`` steps each, the
-speed-up torch / ours (> 1: ours is faster), the cost of the hierarchy (hierarchical /
+Per configuration (quick-preset mesh size ``num_points`` and each of ``large_points``,
+meshes from the same generator on the same domain) it prints the median step time (ms)
+of ``repeats`` blocks of ``steps`` steps each (above 2,000 nodes proportionally fewer
+steps per block, at least 1: ``steps_per_block``), the speed-up torch / ours (> 1: ours
+is faster; with the faster torch thread count), the cost of the hierarchy (hierarchical /
 single-level step time, both ours) and memory: for ours the compiled step's
 ``memory_analysis()`` (temp + argument bytes), and for every side the peak RSS of its
 process minus its RSS just before building the model (for JAX that includes the XLA
@@ -48,7 +55,8 @@ runs on the unpadded graph (it needs no static shapes); ours runs on the padded 
 (sizes rounded up to a multiple of 32 per sample), a cost of ``jit`` that is counted.
 A markdown table for docs/benchmarks.md comes last. ``--tiny`` uses the tiny preset's
 mesh and hierarchy (150 nodes, one coarse level) with batch 2, one configuration, 1 block
-of 1 step, torch on 1 thread unless ``--torch_threads`` says otherwise, in seconds (the
+of 1 step, no "no YNN" run, torch on 1 thread unless ``--torch_threads`` says otherwise,
+in seconds (the
 suite's smoke test, beside the rest of the suite); the peer checks run as at full size.
 """
 
@@ -72,13 +80,14 @@ from experiments.benchmarks import machine_line
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_points", None, "Mesh nodes (target) of the small configuration "
                      "(default: the quick preset's).")
-flags.DEFINE_integer("large_points", 2000, "Mesh nodes (target) of the large configuration.")
+flags.DEFINE_list("large_points", ["2000", "20000"], "Mesh nodes (targets) of the larger "
+                  "configurations, same generator and domain as the quick mesh.")
 flags.DEFINE_integer("batch_size", None, "Graphs per batch (default: the quick preset's).")
 flags.DEFINE_integer("repeats", 5, "Timed blocks per measurement (the median is reported).")
 flags.DEFINE_integer("steps", 10, "Training steps per timed block.")
 flags.DEFINE_integer("seed", 0, "Seed of the states, conditions and parameters.")
-flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads for the peer (0: the cores "
-                     "JAX can use, the default and the fair setting on an idle machine).")
+flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads for the peer (0: time it at 1 "
+                     "thread and at the cores JAX can use, and compare with the faster).")
 flags.DEFINE_bool("tiny", False, "A seconds-long run: the tiny preset's mesh (150 nodes, one "
                   "coarse level), batch 2, one configuration, 1 block of 1 step.")
 
@@ -86,6 +95,7 @@ PEERS = ("torch",)
 
 LEARNING_RATE = 1e-3
 NUM_CHANNELS = 3
+REFERENCE_POINTS = 2000  # mesh size up to which a timed block has --steps steps
 
 
 def num_cores() -> int:
@@ -158,12 +168,13 @@ def _ours_step(model, optimizer):
   return step
 
 
-def _compile(step, *args):
-  """(compiled step with donated params and optimizer state, seconds, temp + argument bytes)."""
+def _compile(step, *args, options: dict | None = None):
+  """(compiled step with donated params and optimizer state, seconds, temp + argument bytes);
+  ``options`` are XLA compiler options of this one compilation."""
   import jax
 
   t0 = time.perf_counter()
-  compiled = jax.jit(step, donate_argnums=(0, 1)).lower(*args).compile()
+  compiled = jax.jit(step, donate_argnums=(0, 1)).lower(*args).compile(compiler_options=options)
   compile_s = time.perf_counter() - t0
   try:
     ma = compiled.memory_analysis()
@@ -203,9 +214,16 @@ def _field_check(model, init_params, batch, x1, n_real: int, seed: int) -> dict:
   return {"params": init_params, "t": t, "xt": xt[:, :n_real], "v": v[:, :n_real]}
 
 
+# XLA:CPU's YNNPACK fusions (on by default in jax 0.10) materialise the broadcasts of
+# LayerNorm statistics and scales as (E, latent) arrays; this compiler option turns them
+# off for one compilation (the "no YNN" column; the experiment keeps XLA's defaults).
+NO_YNN_FUSION = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
 def run_ours(kind: str, num_points: int, seed: int, repeats: int, steps: int,
              flag_values: dict) -> dict:
-  """Times our jitted training step of the 'single' or 'hier' model (in a fresh process)."""
+  """Times our jitted training step of the 'single' or 'hier' model, or 'single_no_ynn'
+  (the single-level step compiled with ``NO_YNN_FUSION``), in a fresh process."""
   FLAGS(["cgfm"] + [f"--{k}={v}" for k, v in flag_values.items() if v is not None])
   import jax
   import jax.numpy as jnp
@@ -214,6 +232,7 @@ def run_ours(kind: str, num_points: int, seed: int, repeats: int, steps: int,
 
   config = base_config(num_points)
   prob, method = make_problem(config, seed), "aware" if kind == "hier" else None
+  options = NO_YNN_FUSION if kind == "single_no_ynn" and jax.default_backend() == "cpu" else None
   graph = cgfm.variant_graph(prob["mesh"].pos, prob["mesh"].senders, prob["mesh"].receivers,
                              prob["mesh"].node_type, method=method,
                              ratios=config.model.coarsening_ratios, seed=seed)
@@ -231,7 +250,7 @@ def run_ours(kind: str, num_points: int, seed: int, repeats: int, steps: int,
   opt_state = optimizer.init(params)
   key = jax.random.PRNGKey(seed + 1)
   compiled, compile_s, mem = _compile(_ours_step(model, optimizer), params, opt_state, batch,
-                                      key)
+                                      key, options=options)
   times, loss = _time_ours(compiled, params, opt_state, batch, key, repeats, steps)
   out = {"times": times, "rss_kib": _rss_kib() - rss0, "compiled_bytes": mem,
          "compile_s": compile_s, "loss": loss, "n_real": n_real,
@@ -428,12 +447,20 @@ def run_isolated(fn, *args):
 
 def parse_flags(argv: list[str]) -> list[str]:
   rest = config_lib.parse_flags_or_die(FLAGS, argv)
-  for name, minimum in (("num_points", 40), ("large_points", 40), ("batch_size", 1),
-                        ("repeats", 1), ("steps", 1)):
+  for name, minimum in (("num_points", 40), ("batch_size", 1), ("repeats", 1), ("steps", 1)):
     value = getattr(FLAGS, name)
     if value is not None and value < minimum:
       config_lib.die(f"--{name} must be >= {minimum}, got {value}")
+  for value in FLAGS.large_points:
+    if not value.isdigit() or int(value) < 40:
+      config_lib.die(f"--large_points must list integers >= 40, got {value!r}")
   return rest
+
+
+def steps_per_block(num_points: int, steps: int) -> int:
+  """``steps`` up to REFERENCE_POINTS nodes; above, proportionally fewer (at least 1), so
+  every size's block lasts about as long (a step is linear in the mesh size)."""
+  return max(1, round(steps * min(1.0, REFERENCE_POINTS / num_points)))
 
 
 def _ms(times) -> str:
@@ -445,6 +472,55 @@ def _mib(num_bytes) -> str:
   return "n/a" if num_bytes is None else f"{num_bytes / 2**20:.1f}"
 
 
+def measure(num_points: int, thread_counts, repeats: int, steps: int, flag_values: dict):
+  """Every side at one mesh size, each in its own process: {ours single, ours single
+  without YNN fusions (not under --tiny), ours hierarchical, torch at each thread count,
+  the fastest torch}."""
+  args = (num_points, FLAGS.seed, repeats, steps_per_block(num_points, steps))
+  out = {}
+  for kind in ("single", "hier") if FLAGS.tiny else ("single", "single_no_ynn", "hier"):
+    print(f"num_points={num_points}: ours {kind} ...", file=sys.stderr, flush=True)
+    out[kind] = run_isolated(run_ours, kind, *args, flag_values)
+  check = out["single"].pop("check")
+  out["torch_by_threads"] = {}
+  for threads in thread_counts:
+    print(f"num_points={num_points}: torch, {threads} threads ...", file=sys.stderr, flush=True)
+    out["torch_by_threads"][threads] = run_isolated(run_torch, *args, threads, check,
+                                                    flag_values)
+  out["torch"] = min(out["torch_by_threads"].values(), key=lambda r: np.median(r["times"]))
+  out["steps"] = args[-1]
+  return out
+
+
+def _row(r: dict) -> str:
+  """One markdown row of the results table (see the header in ``main``)."""
+  single, plain, hier, peer = r["single"], r.get("single_no_ynn"), r["hier"], r["torch"]
+  ts, th, tp = (np.median(x["times"]) for x in (single, hier, peer))
+  plain_ms, plain_ratio = "n/a", "n/a"
+  if plain is not None:
+    plain_ms, plain_ratio = _ms(plain["times"]), f"{tp / np.median(plain['times']):.2f}"
+  by_threads = " / ".join(f"{_ms(x['times'])} ({k} thr)"
+                          for k, x in sorted(r["torch_by_threads"].items()))
+  return (f"| {single['n_real']} nodes / {single['edges_real']} edges "
+          f"(padded {single['n_pad']} / {single['edges_pad']}), levels {hier['levels']} "
+          f"| {_ms(single['times'])} | {plain_ms} | {by_threads} "
+          f"| {tp / ts:.2f} | {plain_ratio} | {_ms(hier['times'])} | {th / ts:.2f} "
+          f"| {_mib(single['compiled_bytes'])} / {_mib(hier['compiled_bytes'])} "
+          f"| {single['rss_kib'] / 1024:.0f} / {hier['rss_kib'] / 1024:.0f} "
+          f"/ {peer['rss_kib'] / 1024:.0f} |")
+
+
+def _note(num_points: int, r: dict) -> str:
+  single, hier, peer = r["single"], r["hier"], r["torch"]
+  warn = "" if peer["num_params"] == single["num_params"] else "PARAMETER COUNTS DIFFER; "
+  return (f"num_points={num_points}: {warn}params ours {single['num_params']} / torch "
+          f"{peer['num_params']} (hierarchical {hier['num_params']}); field check max "
+          f"|v_ours - v_torch| = {peer['max_field_diff']:.2e} (max |v| "
+          f"{peer['field_scale']:.2f}); final loss ours {single['loss']:.3f}, torch "
+          f"{peer['loss']:.3f}; compile s: single {single['compile_s']:.1f}, hierarchical "
+          f"{hier['compile_s']:.1f}; blocks of {r['steps']} steps")
+
+
 def main(argv):
   del argv
   print(machine_line(PEERS), flush=True)
@@ -454,51 +530,28 @@ def main(argv):
   flag_values = {"batch_size": FLAGS.batch_size, "tiny": FLAGS.tiny}
   config = base_config(FLAGS.num_points)
   small = config.data.num_points
-  threads = FLAGS.torch_threads or (1 if FLAGS.tiny else num_cores())
+  thread_counts = ([FLAGS.torch_threads] if FLAGS.torch_threads else [1] if FLAGS.tiny
+                   else sorted({1, num_cores()}))
   repeats, steps = (1, 1) if FLAGS.tiny else (FLAGS.repeats, FLAGS.steps)
-  large = [] if FLAGS.tiny or FLAGS.large_points == small else [FLAGS.large_points]
-  rows, notes = [], []
-  for num_points in [small] + large:
-    args = (num_points, FLAGS.seed, repeats, steps)
-    print(f"num_points={num_points}: ours single-level ...", file=sys.stderr, flush=True)
-    single = run_isolated(run_ours, "single", *args, flag_values)
-    print(f"num_points={num_points}: ours hierarchical ...", file=sys.stderr, flush=True)
-    hier = run_isolated(run_ours, "hier", *args, flag_values)
-    print(f"num_points={num_points}: torch single-level ...", file=sys.stderr, flush=True)
-    peer = run_isolated(run_torch, *args, threads, single.pop("check"), flag_values)
-    if peer["num_params"] != single["num_params"]:
-      notes.append(f"num_points={num_points}: PARAMETER COUNTS DIFFER: ours "
-                   f"{single['num_params']}, torch {peer['num_params']}")
-    ts, th, tp = (np.median(r["times"]) for r in (single, hier, peer))
-    rows.append(
-        f"| {single['n_real']} nodes / {single['edges_real']} edges "
-        f"(padded {single['n_pad']} / {single['edges_pad']}), levels {hier['levels']} "
-        f"| {_ms(single['times'])} | {_ms(peer['times'])} | {tp / ts:.2f} "
-        f"| {_ms(hier['times'])} | {th / ts:.2f} "
-        f"| {_mib(single['compiled_bytes'])} / {_mib(hier['compiled_bytes'])} "
-        f"| {single['rss_kib'] / 1024:.0f} / {hier['rss_kib'] / 1024:.0f} "
-        f"/ {peer['rss_kib'] / 1024:.0f} |")
-    notes.append(
-        f"num_points={num_points}: params ours {single['num_params']} / torch "
-        f"{peer['num_params']} (hierarchical {hier['num_params']}); field check max "
-        f"|v_ours - v_torch| = {peer['max_field_diff']:.2e} (max |v| "
-        f"{peer['field_scale']:.2f}); final loss ours {single['loss']:.3f}, torch "
-        f"{peer['loss']:.3f}; compile s: single {single['compile_s']:.1f}, hierarchical "
-        f"{hier['compile_s']:.1f}")
-  v, model = {**single["versions"], **peer["versions"]}, config.model
-  print(f"jax backend {v['backend']} ({threads} cores), torch ({v['threads']} threads, "
-        f"eager); latent {model.latent}, mlp_layers {model.mlp_layers}, "
-        f"blocks_per_level {model.blocks_per_level} (single-level: "
-        f"{len(model.coarsening_ratios) * 2 + 1} x that), coarsening_ratios "
-        f"{tuple(model.coarsening_ratios)}, batch {config.train.batch_size}, float32; "
-        f"median [min-max] of {repeats} blocks of {steps} steps")
-  print("\n".join(notes))
+  sizes = [small] + ([] if FLAGS.tiny else
+                     [int(n) for n in FLAGS.large_points if int(n) != small])
+  results = {n: measure(n, thread_counts, repeats, steps, flag_values) for n in sizes}
+  last, model = results[sizes[-1]], config.model
+  v = {**last["single"]["versions"], **last["torch"]["versions"]}
+  print(f"jax {v['jax']} backend {v['backend']} ({num_cores()} cores), torch {v['torch']} "
+        f"(eager, threads {thread_counts}, the faster per size in 'torch / ours'); latent "
+        f"{model.latent}, mlp_layers {model.mlp_layers}, blocks_per_level "
+        f"{model.blocks_per_level} (single-level: {len(model.coarsening_ratios) * 2 + 1} x "
+        f"that), coarsening_ratios {tuple(model.coarsening_ratios)}, batch "
+        f"{config.train.batch_size}, float32; median [min-max] of {repeats} blocks")
+  print("\n".join(_note(n, r) for n, r in results.items()))
   print()
-  print("| mesh | ours single-level ms/step | torch single-level ms/step | torch / ours "
-        "| ours hierarchical ms/step | hierarchical / single | ours compiled MiB "
-        "(single / hier) | peak RSS delta MiB (single / hier / torch) |")
-  print("|---|---:|---:|---:|---:|---:|---:|---:|")
-  print("\n".join(rows))
+  print("| mesh | ours single-level ms/step | ours, no YNN fusion | torch single-level ms/step "
+        "| torch / ours | torch / ours (no YNN) | ours hierarchical ms/step "
+        "| hierarchical / single | ours compiled MiB (single / hier) "
+        "| peak RSS delta MiB (single / hier / torch) |")
+  print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+  print("\n".join(_row(r) for r in results.values()))
 
 
 if __name__ == "__main__":

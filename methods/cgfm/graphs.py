@@ -4,9 +4,15 @@ A `MultiscaleGraph` holds, for levels l = 0 (the mesh) .. L-1 (the coarsest):
 
     levels[l]   a GraphsTuple: nodes = static node features (N_l, F_l), edges =
                 [dx, dy, |d|] / s for each directed edge (E_l, 3), where d is the
-                receiver-minus-sender displacement and s the mean mesh-edge length;
+                receiver-minus-sender displacement and s the mean mesh-edge length,
+                with the edges sorted by (receiver, sender);
     assign[l]   (N_l,) int: the level-(l+1) node that level-l node i pools into;
     cross[l]    (N_l, 3): [dx, dy, |d|] / s from node i to its coarse node assign[l][i].
+
+Edges sorted by receiver keep the receiver gathers and the segment sums of message
+passing local in memory, and let `HieraGraphNet(receivers_sorted=True)` promise XLA
+sorted indices; `pad` appends padding edges on the last (padding) node and `merge`
+offsets sample b by b N_l, so both keep the order.
 
 The hierarchy itself (which nodes survive, which fine nodes pool where) comes from
 `methods.cgfm.coarsening`. Shapes are made static for `jit` with `pad`: every level
@@ -52,9 +58,12 @@ def _edge_features(pos: np.ndarray, senders: np.ndarray, receivers: np.ndarray,
 
 
 def _graph(nodes, edges, senders, receivers) -> jraph.GraphsTuple:
+  """A one-graph GraphsTuple with its edges sorted by (receiver, sender)."""
+  order = np.lexsort((senders, receivers))
   return jraph.GraphsTuple(
-      nodes=np.asarray(nodes, np.float32), edges=edges,
-      senders=np.asarray(senders, np.int32), receivers=np.asarray(receivers, np.int32),
+      nodes=np.asarray(nodes, np.float32), edges=edges[order],
+      senders=np.asarray(senders, np.int32)[order],
+      receivers=np.asarray(receivers, np.int32)[order],
       n_node=np.array([len(nodes)], np.int32), n_edge=np.array([len(senders)], np.int32),
       globals=np.zeros((1, 1), np.float32))
 
@@ -74,8 +83,9 @@ def build(pos: np.ndarray, senders: np.ndarray, receivers: np.ndarray,
     length_scale: s in the edge features; defaults to the mean mesh-edge length.
 
   Returns:
-    The MultiscaleGraph. Coarse nodes carry [x / L, y / L, boundary] as features,
-    with L the half extent of the mesh.
+    The MultiscaleGraph, every level's edges sorted by (receiver, sender). Coarse
+    nodes carry [x / L, y / L, boundary] as features, with L the half extent of the
+    mesh.
 
   Example:
     >>> coarse = coarsening.build_hierarchy(pos, s, r, ratios=(0.3, 0.3), seed=0)

@@ -64,6 +64,9 @@ class HieraGraphNet(nn.Module):
     num_layers: hidden layers in every MLP.
     out_dim: channels of the output field.
     cond_frequencies: K in psi(c).
+    receivers_sorted: promise that every level's receivers are non-decreasing, as
+      `graphs.build` makes them (and `graphs.pad` / `graphs.merge` keep them); the
+      segment sums then tell XLA so. Leave False for graphs of unknown edge order.
 
   Example:
     >>> model = HieraGraphNet(latent=32, blocks_per_level=1, num_layers=1)
@@ -76,6 +79,7 @@ class HieraGraphNet(nn.Module):
   num_layers: int = 2
   out_dim: int = 3
   cond_frequencies: int = 2
+  receivers_sorted: bool = False
 
   @nn.compact
   def __call__(self, graph: MultiscaleGraph, t: jax.Array, x: jax.Array,
@@ -107,7 +111,8 @@ class HieraGraphNet(nn.Module):
     def process(l: int, stage: str):
       g = graphs[l]._replace(nodes=h[l])
       for b in range(self.blocks_per_level):
-        g = InteractionBlock(self.latent, self.num_layers, name=f"{stage}_{l}_block_{b}")(g)
+        g = InteractionBlock(self.latent, self.num_layers, self.receivers_sorted,
+                             name=f"{stage}_{l}_block_{b}")(g)
       h[l], graphs[l] = g.nodes, g
 
     num_levels = len(levels)

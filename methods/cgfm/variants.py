@@ -99,6 +99,9 @@ def variant_model(method: str | None, *, latent: int, blocks_per_level: int,
                   num_layers: int, num_levels: int, out_dim: int = 3) -> HieraGraphNet:
   """The `HieraGraphNet` of one variant; method None gets B (2L - 1) blocks on one level.
 
+  The network promises receiver-sorted edges (`receivers_sorted=True`), as every graph
+  from `variant_graph` (`graphs.build`) has them.
+
   Args:
     method: the variant's coarsening method, or None for the single-level network.
     latent, blocks_per_level, num_layers, out_dim: the network's widths and depth.
@@ -115,4 +118,4 @@ def variant_model(method: str | None, *, latent: int, blocks_per_level: int,
   if method is None:
     blocks = baselines.single_level_blocks(blocks_per_level, num_levels)
   return HieraGraphNet(latent=latent, blocks_per_level=blocks, num_layers=num_layers,
-                       out_dim=out_dim)
+                       out_dim=out_dim, receivers_sorted=True)

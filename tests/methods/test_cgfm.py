@@ -127,6 +127,15 @@ def test_build_and_pad_shapes(mesh_graph):
   assert np.all(p.assign[0][160:] == n_node[1] - 1)
   mask = np.asarray(graphs.node_mask(p))
   assert mask.sum() == 160 and mask[:160].all()
+  # Edges sorted by (receiver, sender) on every level, the same edge set as given; padding
+  # and merging keep the receivers sorted (the promise of receivers_sorted=True).
+  assert sorted(zip(g.levels[0].receivers, g.levels[0].senders)) == list(
+      zip(g.levels[0].receivers, g.levels[0].senders)) == sorted(zip(r, s))
+  merged = graphs.merge(graphs.broadcast(p, 3))
+  for lev in g.levels + p.levels + merged.levels:
+    assert np.all(np.diff(np.asarray(lev.receivers)) >= 0)
+  assert variants.variant_model(None, latent=8, blocks_per_level=1, num_layers=1,
+                                num_levels=2).receivers_sorted
   stacked = graphs.broadcast(p, 3)
   assert np.asarray(graphs.node_mask(stacked)).shape == (3, n_node[0])
   with pytest.raises(ValueError, match="budget"):
