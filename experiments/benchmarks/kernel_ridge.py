@@ -197,12 +197,15 @@ def _threadpools() -> list[dict]:
 
 
 def _time_ours(t, x, y, grid, repeats: int, solver: str = "cholesky",
-               budget_s: float | None = None) -> tuple[list, list, int | None, dict]:
+               budget_s: float | None = None, half_rank: bool = False
+               ) -> tuple[list, list, int | None, dict]:
   """(times, thetas, RSS before the first fit, versions) of ``fit_two_stage`` + ``effect``.
 
   With ``solver="nystrom"`` (m = ``krr.landmark_rule(n)``) timed run r draws its
   landmarks with PRNGKey(r), so the thetas show the spread over landmark draws. With
-  ``budget_s``, repeating stops once the timed runs have taken that long.
+  ``budget_s``, repeating stops once the timed runs have taken that long. With
+  ``half_rank``, one more untimed fit at rank m // 2 (landmarks PRNGKey(0)) is
+  appended to the thetas: if m is statistically sufficient, halving it changes little.
   """
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
@@ -212,8 +215,8 @@ def _time_ours(t, x, y, grid, repeats: int, solver: str = "cholesky",
     tj, xj, yj, gj = (jax.block_until_ready(jnp.asarray(a)) for a in (t, x, y, grid))
     hyper = kr.TwoStageHyper(**HYPER)
 
-    def once(seed):
-      fit = kr.fit_two_stage(tj, xj, yj, hyper, solver=solver, num_landmarks=None,
+    def once(seed, num_landmarks=None):
+      fit = kr.fit_two_stage(tj, xj, yj, hyper, solver=solver, num_landmarks=num_landmarks,
                              key=jax.random.PRNGKey(seed))
       return fit.effect(gj).block_until_ready()
 
@@ -225,6 +228,8 @@ def _time_ours(t, x, y, grid, repeats: int, solver: str = "cholesky",
       times.append(time.perf_counter() - start)
       if budget_s is not None and sum(times) > budget_s:
         break
+    if half_rank:
+      thetas.append(np.asarray(once(0, max(1, kr.krr.landmark_rule(tj.shape[0]) // 2))))
     versions = {"jax": jax.__version__, "backend": jax.default_backend(),
                 "devices": str(jax.devices())}
     return times, thetas, rss_before, versions
@@ -248,7 +253,9 @@ def run_side(side: str, t: np.ndarray, x: np.ndarray, y: np.ndarray, grid: np.nd
   """Times ``repeats`` fits of one side (in a fresh process); returns times, thetas
   (one per timed run; ``theta`` is the first), memory."""
   timers = {"ours": _time_ours, "sklearn": _time_sklearn,
-            "ours_nystrom": lambda *a: _time_ours(*a, solver="nystrom", budget_s=budget_s)}
+            "ours_nystrom": lambda *a: _time_ours(*a, solver="nystrom", budget_s=budget_s),
+            "ours_nystrom_curve": lambda *a: _time_ours(*a, solver="nystrom",
+                                                        budget_s=budget_s, half_rank=True)}
   if side not in timers:
     raise ValueError(f"unknown side {side!r}; expected one of {SIDES}")
   times, thetas, rss_before, versions = timers[side](t, x, y, grid, repeats)
@@ -458,7 +465,9 @@ def print_roofline(n: int, repeats: int, tiny: bool = False) -> None:
   bandwidth = stream_bandwidth(num_bytes=1 << 22 if tiny else 1 << 28)["best"]
   print(f"\n# measured peak float64 GEMM: XLA {peak['xla'] / 1e9:.1f}, numpy BLAS "
         f"{peak['numpy_blas'] / 1e9:.1f} GFLOP/s; bandwidth {bandwidth / 1e9:.1f} GB/s")
-  parts = run_isolated(time_parts, n, FLAGS.seed, repeats)
+  # --tiny times in this process: a spawned worker's imports would cost most of its run.
+  parts = time_parts(n, FLAGS.seed, repeats) if tiny else run_isolated(
+      time_parts, n, FLAGS.seed, repeats)
   print("\n".join(roofline_lines(parts, peak["best"], bandwidth)), flush=True)
 
 
@@ -466,8 +475,9 @@ def print_roofline(n: int, repeats: int, tiny: bool = False) -> None:
 
 
 CURVE_HEADER = (
-    "| n | m | ours Nystrom: median s [min-max] (runs) | ISE ours | extra peak RSS MiB ours "
-    "| sklearn (exact) |\n|---:|---:|---:|---:|---:|---|")
+    "| n | m | ours Nystrom: median s [min-max] (runs) | ISE ours "
+    "| ISE at rank m // 2 / ISE at m (same sample and landmark key) "
+    "| extra peak RSS MiB ours | sklearn (exact) |\n|---:|---:|---:|---:|---:|---:|---|")
 
 
 def sklearn_cell(n: int, measured: dict) -> str:
@@ -484,11 +494,12 @@ def curve_row(n: int, grid: np.ndarray, truth: np.ndarray, sklearn_results: dict
   """One curve row: ours (Nystrom, m = landmark_rule(n)) at n in a fresh process."""
   t, x, y = sample(n, FLAGS.seed)
   print(f"running ours_nystrom (curve) at n={n} ...", file=sys.stderr, flush=True)
-  res = run_isolated(run_side, "ours_nystrom", t, x, y, grid, FLAGS.curve_repeats,
+  res = run_isolated(run_side, "ours_nystrom_curve", t, x, y, grid, FLAGS.curve_repeats,
                      FLAGS.curve_budget_s)
   ises = [ise(th, truth) for th in res["thetas"]]
   return (f"| {n} | {landmarks(n)} | {_fmt_s(res['times'])} ({len(res['times'])}) "
-          f"| {np.median(ises):.6f} | {_fmt_mib(res)} | {sklearn_cell(n, sklearn_results)} |")
+          f"| {np.median(ises[:-1]):.6f} | {ises[-1] / ises[0]:.3f} | {_fmt_mib(res)} "
+          f"| {sklearn_cell(n, sklearn_results)} |")
 
 
 def main(argv):
@@ -511,10 +522,10 @@ def main(argv):
         + "; ".join(loads))
   if FLAGS.roofline:
     print_roofline(max(ns), repeats, FLAGS.tiny)
-  if FLAGS.curve and not FLAGS.tiny:
+  if FLAGS.curve:
     load = OtherLoad()
     print("\n" + CURVE_HEADER, flush=True)
-    for n in parse_ns(FLAGS.curve_ns):
+    for n in [MIN_N * 4] if FLAGS.tiny else parse_ns(FLAGS.curve_ns):
       print(curve_row(n, grid, truth, sklearn_results), flush=True)
     share = load.share()
     print(f"\nCPU used by other processes during the curve: "
