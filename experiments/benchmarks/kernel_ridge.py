@@ -1,7 +1,7 @@
 """Benchmark: our two-stage kernel ridge dose-response fit vs the same estimator in scikit-learn.
 
   python -m experiments.benchmarks.kernel_ridge [--ns=2000,8000] [--repeats=5] [--seed=0]
-      [--tiny]
+      [--noroofline] [--curve [--curve_ns=2000,...,1000000] [--curve_repeats=3]] [--tiny]
 
 (needs the ``bench`` extra: ``pip install -e '.[test,bench]'``, which adds scikit-learn).
 
@@ -16,21 +16,38 @@ i.e. scikit-learn's gamma = 1 / (2 l^2):
   3. stage 2: KRR of y~ on t with kernel k_T2 and ridge n lam2; theta_hat = its
      prediction on grid = linspace(-1, 1, 100).
 
-Ours is ``methods.kernel_ridge.fit_two_stage(..., solver="cholesky")`` (jit-compiled)
-followed by ``fit.effect(grid).block_until_ready()``; compilation is excluded by one
-untimed warm-up call. The scikit-learn side is ``sklearn.metrics.pairwise.rbf_kernel``
+Ours runs twice, as two sides: ``methods.kernel_ridge.fit_two_stage(...,
+solver="cholesky")`` (exact: the correctness check against scikit-learn) and
+``solver="nystrom"`` with m = ``krr.landmark_rule(n)`` = min(ceil(sqrt(n) log n), 1000)
+landmarks in both stages (the library's default above ``krr.NYSTROM_MIN_N`` rows);
+each is jit-compiled and followed by ``fit.effect(grid).block_until_ready()``;
+compilation is excluded by one untimed warm-up call. Nystrom's timed run r draws its
+landmarks with PRNGKey(r). The scikit-learn side is ``sklearn.metrics.pairwise.rbf_kernel``
 for the Gram matrices, ``KernelRidge(kernel="precomputed")`` for stage 1, numpy for the
 pseudo-outcomes and ``KernelRidge(kernel="rbf")`` for stage 2 plus ``predict``; its
 timed region is that whole pipeline (it has nothing to compile; one untimed call at
 n = 16 only loads its modules).
 
 For each n it prints one markdown table row: median wall time of ``repeats`` runs for
-each side (with min-max), the speed-up sklearn/ours (> 1: ours is faster), the largest
-|theta_ours - theta_sklearn| on the grid, the integrated squared error of each estimate
-against the true effect ``causal.overlap_effect`` (the mean of the squared error over
-the grid, as ``methods.kernel_ridge.integrated_squared_error``) and the extra peak
-resident memory of each side (peak RSS of its process minus its RSS just before the
-first fit).
+each side (with min-max), the speed-ups sklearn/ours (> 1: ours is faster), the largest
+|theta_cholesky - theta_sklearn| on the grid, the integrated squared error (ISE) of
+scikit-learn's exact estimate and of each Nystrom run against the true effect
+``causal.overlap_effect`` (the mean of the squared error over the grid, as
+``methods.kernel_ridge.integrated_squared_error``), the median ratio ISE_Nystrom /
+ISE_exact with "equal" when every landmark draw is within 5% of the exact ISE on the
+same sample, and the extra peak resident memory of each side (peak RSS of its process
+minus its RSS just before the first fit).
+
+Then (unless ``--noroofline``) it measures this machine's float64 GEMM peak and memory
+bandwidth (``peak_matmul_flops``, ``stream_bandwidth``) and prints the roofline
+fraction reached by the stage-1 Gram matrix, its Cholesky factorisation, the two
+triangular solves and the Nystrom normal equations at the largest n (``time_parts``,
+``roofline_lines`` give the FLOP counts). With ``--curve``, ours (Nystrom) alone runs at
+each of ``--curve_ns`` (up to n = 10^6) with up to ``--curve_repeats`` timed runs
+(fewer once they exceed ``--curve_budget_s``), printing time, ISE, an untimed refit at
+rank m // 2 (its ISE ratio shows whether m is on the plateau) and peak memory;
+scikit-learn's column repeats its time where it ran and otherwise says how much memory
+it would need (it is never started above ``SKLEARN_MAX_N``).
 
 Each (side, n) runs in its own freshly spawned process, so memory peaks are per side and
 per n and one side's allocations cannot slow the other. The BLAS thread pools seen by
@@ -40,8 +57,9 @@ machine's CPU time that other processes used while it ran (Linux /proc/stat minu
 process and its workers): competing processes make multithreaded BLAS/LAPACK times
 erratic (threads wait for descheduled siblings), so rerun when that share is not near 0.
 Both sides' Cholesky factorisations run in scipy's bundled OpenBLAS (jaxlib's CPU LAPACK
-kernels are scipy's). Memory: a few n x n float64 matrices per side (n = 8000: up to
-~3 GB). ``--tiny`` runs n = 64, 1 repeat, in seconds (the suite's smoke test).
+kernels are scipy's). Memory: a few n x n float64 matrices per exact side (n = 8000: up
+to ~3 GB); O((n + chunk) m) for Nystrom. ``--tiny`` runs n = 64, 1 repeat, in seconds
+(the suite's smoke test), with rough small-size roofline limits.
 """
 
 from __future__ import annotations
