@@ -292,18 +292,20 @@ def test_auto_solver_switches_to_nystrom_at_the_threshold():
 
 
 def test_select_and_fit_default_to_nystrom_above_the_threshold(x64, rng, monkeypatch):
-  # A threshold of 50 rows stands in for the real one so the test runs in seconds.
-  monkeypatch.setattr(krr, "NYSTROM_MIN_N", 50)
-  grid = kr.SelectionGrid(scales_t=(1.0,), scales_x=(1.0,), lams1=(1e-3,),
-                          scales_t2=(1.0,), lams2=(1e-3,))
-  hyper = kr.TwoStageHyper(1.0, 0.5, 1e-3, 1.0, 1e-3)
-  data = causal.overlap_design(rng, 60)
+  # A threshold of 100 rows stands in for the real one so the test runs in seconds; the
+  # selection call has the sizes of test_selection_returns_grid_values_and_finite_scores
+  # (and of the tiny claim run), so its programs are compiled once per session.
+  monkeypatch.setattr(krr, "NYSTROM_MIN_N", 100)
+  data = causal.overlap_design(rng, 150, overlap=0.2)
+  grid = kr.SelectionGrid(scales_t=(1.0,), scales_x=(0.5, 1.0), max_n=150)
   chosen = kr.select_two_stage(data.t, data.x, data.y, rng, grid)
-  assert (chosen.solver, chosen.num_landmarks) == ("nystrom", krr.landmark_rule(60))
-  for n, centres in ((49, 49), (60, krr.landmark_rule(60))):
+  assert (chosen.solver, chosen.num_landmarks) == ("nystrom", krr.landmark_rule(150))
+  assert chosen.fit_kwargs() == dict(solver="nystrom", num_landmarks=62)
+  hyper = kr.TwoStageHyper(1.0, 0.5, 1e-3, 1.0, 1e-3)
+  for n, centres in ((99, 99), (150, 62)):
     fit = kr.fit_two_stage(data.t[:n], data.x[:n], data.y[:n], hyper, key=rng)  # "auto"
     assert fit.effect.centers.shape == (centres,)
-  with pytest.raises(ValueError, match="solver='nystrom' .* at n=60 draws random numbers"):
+  with pytest.raises(ValueError, match="solver='nystrom' .* at n=150 draws random numbers"):
     kr.fit_two_stage(data.t, data.x, data.y, hyper)
 
 
