@@ -45,7 +45,8 @@ SOLVERS = ("cholesky", "cg", "nystrom", "auto")
 # deterministic and needs no PRNG key.
 NYSTROM_MIN_N = 4000
 # Compute cap of ``landmark_rule``: forming K_mn K_nm costs 2 n m^2 FLOPs, so m = 1000
-# at n = 10^6 is ~2e12 FLOPs (about a minute and a half per stage on 2 CPU cores).
+# at n = 10^6 is 2e12 FLOPs per stage (45 s at the 44.5 GFLOP/s float64 GEMM rate
+# measured on the 2-core benchmark machine; docs/benchmarks.md has the whole curve).
 MAX_LANDMARKS = 1000
 
 
