@@ -1,7 +1,7 @@
 """Benchmark: our two-stage kernel ridge dose-response fit vs the same estimator in scikit-learn.
 
   python -m experiments.benchmarks.kernel_ridge [--ns=2000,8000] [--repeats=5] [--seed=0]
-      [--tiny]
+      [--noroofline] [--curve [--curve_ns=2000,...,1000000] [--curve_repeats=3]] [--tiny]
 
 (needs the ``bench`` extra: ``pip install -e '.[test,bench]'``, which adds scikit-learn).
 
@@ -16,21 +16,38 @@ i.e. scikit-learn's gamma = 1 / (2 l^2):
   3. stage 2: KRR of y~ on t with kernel k_T2 and ridge n lam2; theta_hat = its
      prediction on grid = linspace(-1, 1, 100).
 
-Ours is ``methods.kernel_ridge.fit_two_stage(..., solver="cholesky")`` (jit-compiled)
-followed by ``fit.effect(grid).block_until_ready()``; compilation is excluded by one
-untimed warm-up call. The scikit-learn side is ``sklearn.metrics.pairwise.rbf_kernel``
+Ours runs twice, as two sides: ``methods.kernel_ridge.fit_two_stage(...,
+solver="cholesky")`` (exact: the correctness check against scikit-learn) and
+``solver="nystrom"`` with m = ``krr.landmark_rule(n)`` = min(ceil(sqrt(n) log n), 1000)
+landmarks in both stages (the library's default above ``krr.NYSTROM_MIN_N`` rows);
+each is jit-compiled and followed by ``fit.effect(grid).block_until_ready()``;
+compilation is excluded by one untimed warm-up call. Nystrom's timed run r draws its
+landmarks with PRNGKey(r). The scikit-learn side is ``sklearn.metrics.pairwise.rbf_kernel``
 for the Gram matrices, ``KernelRidge(kernel="precomputed")`` for stage 1, numpy for the
 pseudo-outcomes and ``KernelRidge(kernel="rbf")`` for stage 2 plus ``predict``; its
 timed region is that whole pipeline (it has nothing to compile; one untimed call at
 n = 16 only loads its modules).
 
 For each n it prints one markdown table row: median wall time of ``repeats`` runs for
-each side (with min-max), the speed-up sklearn/ours (> 1: ours is faster), the largest
-|theta_ours - theta_sklearn| on the grid, the integrated squared error of each estimate
-against the true effect ``causal.overlap_effect`` (the mean of the squared error over
-the grid, as ``methods.kernel_ridge.integrated_squared_error``) and the extra peak
-resident memory of each side (peak RSS of its process minus its RSS just before the
-first fit).
+each side (with min-max), the speed-ups sklearn/ours (> 1: ours is faster), the largest
+|theta_cholesky - theta_sklearn| on the grid, the integrated squared error (ISE) of
+scikit-learn's exact estimate and of each Nystrom run against the true effect
+``causal.overlap_effect`` (the mean of the squared error over the grid, as
+``methods.kernel_ridge.integrated_squared_error``), the median ratio ISE_Nystrom /
+ISE_exact with "equal" when every landmark draw is within 5% of the exact ISE on the
+same sample, and the extra peak resident memory of each side (peak RSS of its process
+minus its RSS just before the first fit).
+
+Then (unless ``--noroofline``) it measures this machine's float64 GEMM peak and memory
+bandwidth (``peak_matmul_flops``, ``stream_bandwidth``) and prints the roofline
+fraction reached by the stage-1 Gram matrix, its Cholesky factorisation, the two
+triangular solves and the Nystrom normal equations at the largest n (``time_parts``,
+``roofline_lines`` give the FLOP counts). With ``--curve``, ours (Nystrom) alone runs at
+each of ``--curve_ns`` (up to n = 10^6) with up to ``--curve_repeats`` timed runs
+(fewer once they exceed ``--curve_budget_s``), printing time, ISE, an untimed refit at
+rank m // 2 (its ISE ratio shows whether m is on the plateau) and peak memory;
+scikit-learn's column repeats its time where it ran and otherwise says how much memory
+it would need (it is never started above ``SKLEARN_MAX_N``).
 
 Each (side, n) runs in its own freshly spawned process, so memory peaks are per side and
 per n and one side's allocations cannot slow the other. The BLAS thread pools seen by
@@ -40,8 +57,9 @@ machine's CPU time that other processes used while it ran (Linux /proc/stat minu
 process and its workers): competing processes make multithreaded BLAS/LAPACK times
 erratic (threads wait for descheduled siblings), so rerun when that share is not near 0.
 Both sides' Cholesky factorisations run in scipy's bundled OpenBLAS (jaxlib's CPU LAPACK
-kernels are scipy's). Memory: a few n x n float64 matrices per side (n = 8000: up to
-~3 GB). ``--tiny`` runs n = 64, 1 repeat, in seconds (the suite's smoke test).
+kernels are scipy's). Memory: a few n x n float64 matrices per exact side (n = 8000: up
+to ~3 GB); O((n + chunk) m) for Nystrom. ``--tiny`` runs n = 64, 1 repeat, in seconds
+(the suite's smoke test), with rough small-size roofline limits.
 """
 
 from __future__ import annotations
@@ -60,12 +78,25 @@ import numpy as np
 
 from common import config as config_lib
 from experiments.benchmarks import machine_line
+from experiments.benchmarks import peak_matmul_flops
+from experiments.benchmarks import roofline_line
+from experiments.benchmarks import stream_bandwidth
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("ns", ["2000", "8000"], "Comma-separated sample sizes (each >= 16).")
 flags.DEFINE_integer("repeats", 5, "Timed runs per side and n (>= 1); medians are reported.")
 flags.DEFINE_integer("seed", 0, "PRNG seed of the simulated sample.")
 flags.DEFINE_bool("tiny", False, "A seconds-long run: n = 64, 1 repeat.")
+flags.DEFINE_bool("curve", False, "Also time ours (Nystrom) at --curve_ns, up to n = 10^6.")
+flags.DEFINE_list("curve_ns", ["2000", "8000", "32000", "128000", "500000", "1000000"],
+                  "Sample sizes of the --curve (each >= 16).")
+flags.DEFINE_integer("curve_repeats", 3, "Most timed runs per curve point (>= 1); a point "
+                     "stops repeating once its timed runs exceed --curve_budget_s.")
+flags.DEFINE_float("curve_budget_s", 60.0, "Seconds of timed runs after which a curve "
+                   "point stops repeating.")
+flags.DEFINE_bool("roofline", True, "Time the n x n Gram, its Cholesky, the triangular "
+                  "solves and the Nystrom normal equations at the largest --ns and print "
+                  "their fraction of this machine's measured peak (float64 GEMM).")
 
 PEERS = ("sklearn",)  # a runtime dependency: listed for its version in the machine line
 
@@ -73,7 +104,13 @@ MIN_N = 16
 GRID_POINTS = 100
 OVERLAP = 1.0
 HYPER = dict(lengthscale_t=1.0, lengthscale_x=0.5, lam1=1e-4, lengthscale_t2=1.0, lam2=1e-4)
-SIDES = ("ours", "sklearn")
+SIDES = ("ours", "ours_nystrom", "sklearn")
+ISE_TOLERANCE = 0.05  # "equal ISE": |ISE_nystrom / ISE_exact - 1| <= 5%
+# scikit-learn's pipeline holds at least K_T, K_X and their product (three n x n float64
+# matrices; 5.8 of them at its measured peak at n = 8000). Above this n it is not run:
+# the 24 GiB machine is shared.
+SKLEARN_MAX_N = 20000
+SKLEARN_GRAMS = 3
 ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
             "MKL_NUM_THREADS", "XLA_FLAGS", "NVPL_BLAS_DEBUG_CPU_TYPE")
 
@@ -103,6 +140,12 @@ def parse_flags(argv: list[str]) -> list[str]:
     config_lib.die(e)
   if FLAGS.repeats < 1:
     config_lib.die(f"--repeats must be >= 1, got {FLAGS.repeats}")
+  try:
+    parse_ns(FLAGS.curve_ns)
+  except ValueError as e:
+    config_lib.die(str(e).replace("--ns", "--curve_ns"))
+  if FLAGS.curve_repeats < 1:
+    config_lib.die(f"--curve_repeats must be >= 1, got {FLAGS.curve_repeats}")
   return rest
 
 
@@ -171,32 +214,46 @@ def _threadpools() -> list[dict]:
   return [{k: p.get(k) for k in keep} for p in threadpoolctl.threadpool_info()]
 
 
-def _time_ours(t, x, y, grid, repeats: int) -> tuple[list, np.ndarray, int | None, dict]:
-  """(times, theta, RSS before the first fit, versions) of ``fit_two_stage`` + ``effect``."""
+def _time_ours(t, x, y, grid, repeats: int, solver: str = "cholesky",
+               budget_s: float | None = None, half_rank: bool = False
+               ) -> tuple[list, list, int | None, dict]:
+  """(times, thetas, RSS before the first fit, versions) of ``fit_two_stage`` + ``effect``.
+
+  With ``solver="nystrom"`` (m = ``krr.landmark_rule(n)``) timed run r draws its
+  landmarks with PRNGKey(r), so the thetas show the spread over landmark draws. With
+  ``budget_s``, repeating stops once the timed runs have taken that long. With
+  ``half_rank``, one more untimed fit at rank m // 2 (landmarks PRNGKey(0)) is
+  appended to the thetas: if m is statistically sufficient, halving it changes little.
+  """
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from methods import kernel_ridge as kr  # pylint: disable=import-outside-toplevel
-  times = []
+  times, thetas = [], []
   with jax.enable_x64(True):
     tj, xj, yj, gj = (jax.block_until_ready(jnp.asarray(a)) for a in (t, x, y, grid))
     hyper = kr.TwoStageHyper(**HYPER)
 
-    def once():
-      fit = kr.fit_two_stage(tj, xj, yj, hyper, solver="cholesky")
+    def once(seed, num_landmarks=None):
+      fit = kr.fit_two_stage(tj, xj, yj, hyper, solver=solver, num_landmarks=num_landmarks,
+                             key=jax.random.PRNGKey(seed))
       return fit.effect(gj).block_until_ready()
 
     rss_before = _rss_kib()
-    once()  # compiles; not timed
-    for _ in range(repeats):
+    once(repeats)  # compiles; not timed
+    for r in range(repeats):
       start = time.perf_counter()
-      theta = once()
+      thetas.append(np.asarray(once(r)))
       times.append(time.perf_counter() - start)
+      if budget_s is not None and sum(times) > budget_s:
+        break
+    if half_rank:
+      thetas.append(np.asarray(once(0, max(1, kr.krr.landmark_rule(tj.shape[0]) // 2))))
     versions = {"jax": jax.__version__, "backend": jax.default_backend(),
                 "devices": str(jax.devices())}
-    return times, np.asarray(theta), rss_before, versions
+    return times, thetas, rss_before, versions
 
 
-def _time_sklearn(t, x, y, grid, repeats: int) -> tuple[list, np.ndarray, int | None, dict]:
+def _time_sklearn(t, x, y, grid, repeats: int) -> tuple[list, list, int | None, dict]:
   """(times, theta, RSS before the first fit, versions) of ``sklearn_two_stage``."""
   import sklearn  # pylint: disable=import-outside-toplevel
   times = []
@@ -206,18 +263,23 @@ def _time_sklearn(t, x, y, grid, repeats: int) -> tuple[list, np.ndarray, int | 
     start = time.perf_counter()
     theta = sklearn_two_stage(t, x, y, grid, HYPER)
     times.append(time.perf_counter() - start)
-  return times, theta, rss_before, {"sklearn": sklearn.__version__}
+  return times, [theta], rss_before, {"sklearn": sklearn.__version__}
 
 
 def run_side(side: str, t: np.ndarray, x: np.ndarray, y: np.ndarray, grid: np.ndarray,
-             repeats: int) -> dict:
-  """Times ``repeats`` fits of one side (in a fresh process); returns times, theta, memory."""
-  timers = {"ours": _time_ours, "sklearn": _time_sklearn}
+             repeats: int, budget_s: float | None = None) -> dict:
+  """Times ``repeats`` fits of one side (in a fresh process); returns times, thetas
+  (one per timed run; ``theta`` is the first), memory."""
+  timers = {"ours": _time_ours, "sklearn": _time_sklearn,
+            "ours_nystrom": lambda *a: _time_ours(*a, solver="nystrom", budget_s=budget_s),
+            "ours_nystrom_curve": lambda *a: _time_ours(*a, solver="nystrom",
+                                                        budget_s=budget_s, half_rank=True)}
   if side not in timers:
     raise ValueError(f"unknown side {side!r}; expected one of {SIDES}")
-  times, theta, rss_before, versions = timers[side](t, x, y, grid, repeats)
+  times, thetas, rss_before, versions = timers[side](t, x, y, grid, repeats)
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-  return dict(times=times, theta=np.asarray(theta, dtype=np.float64),
+  thetas = [np.asarray(a, dtype=np.float64) for a in thetas]
+  return dict(times=times, theta=thetas[0], thetas=thetas,
               rss_before_kib=rss_before, peak_rss_kib=peak, versions=versions,
               threadpools=_threadpools())
 
@@ -255,11 +317,11 @@ class OtherLoad:
     return max(other, 0.0) / (wall * (os.cpu_count() or 1))
 
 
-def run_isolated(side: str, *args) -> dict:
-  """``run_side`` in a freshly spawned process (clean memory peak, no shared pools)."""
+def run_isolated(fn, *args):
+  """``fn(*args)`` in a freshly spawned process (clean memory peak, no shared pools)."""
   ctx = multiprocessing.get_context("spawn")
   with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-    return pool.submit(run_side, side, *args).result()
+    return pool.submit(fn, *args).result()
 
 
 # ----------------------------------------------------------------------------- report
@@ -276,19 +338,45 @@ def _fmt_mib(result: dict) -> str:
 
 
 TABLE_HEADER = (
-    "| n | ours: median s [min-max] | sklearn: median s [min-max] | speed-up sklearn/ours "
-    "| max abs theta diff | ISE ours | ISE sklearn | extra peak RSS MiB ours / sklearn |\n"
-    "|---:|---:|---:|---:|---:|---:|---:|---:|")
+    "| n | m | ours cholesky: median s [min-max] | ours Nystrom: median s [min-max] "
+    "| sklearn: median s [min-max] | speed-up sklearn/cholesky | speed-up sklearn/Nystrom "
+    "| max abs theta diff cholesky vs sklearn | ISE sklearn (exact) "
+    "| ISE Nystrom: median [min-max] over landmark draws | ISE Nystrom / exact "
+    "| extra peak RSS MiB cholesky / Nystrom / sklearn |\n"
+    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
-def table_row(n: int, ours: dict, ref: dict, truth: np.ndarray) -> str:
+def ise(theta: np.ndarray, truth: np.ndarray) -> float:
+  """Integrated squared error: the mean of (theta - truth)^2 over the grid."""
+  return float(np.mean((theta - truth) ** 2))
+
+
+def equal_ise(nystrom: dict, exact: dict, truth: np.ndarray) -> tuple[float, bool]:
+  """(median Nystrom ISE / exact ISE, whether every landmark draw is within
+  ``ISE_TOLERANCE`` of the exact ISE on the same sample)."""
+  exact_ise = ise(exact["theta"], truth)
+  ratios = np.array([ise(th, truth) for th in nystrom["thetas"]]) / exact_ise
+  return float(np.median(ratios)), bool(np.all(np.abs(ratios - 1.0) <= ISE_TOLERANCE))
+
+
+def table_row(n: int, results: dict, truth: np.ndarray) -> str:
+  ours, nys, ref = results["ours"], results["ours_nystrom"], results["sklearn"]
   speedup = np.median(ref["times"]) / np.median(ours["times"])
+  speedup_nys = np.median(ref["times"]) / np.median(nys["times"])
   diff = np.max(np.abs(ours["theta"] - ref["theta"]))
-  ise_ours = np.mean((ours["theta"] - truth) ** 2)
-  ise_ref = np.mean((ref["theta"] - truth) ** 2)
-  return (f"| {n} | {_fmt_s(ours['times'])} | {_fmt_s(ref['times'])} | {speedup:.2f} "
-          f"| {diff:.1e} | {ise_ours:.4f} | {ise_ref:.4f} "
-          f"| {_fmt_mib(ours)} / {_fmt_mib(ref)} |")
+  ises = [ise(th, truth) for th in nys["thetas"]]
+  ratio, ok = equal_ise(nys, ref, truth)
+  return (f"| {n} | {landmarks(n)} | {_fmt_s(ours['times'])} | {_fmt_s(nys['times'])} "
+          f"| {_fmt_s(ref['times'])} | {speedup:.2f} | {speedup_nys:.2f} | {diff:.1e} "
+          f"| {ise(ref['theta'], truth):.6f} | {np.median(ises):.6f} "
+          f"[{min(ises):.6f}-{max(ises):.6f}] | {ratio:.3f} ({'equal' if ok else 'NOT equal'}) "
+          f"| {_fmt_mib(ours)} / {_fmt_mib(nys)} / {_fmt_mib(ref)} |")
+
+
+def landmarks(n: int) -> int:
+  """The Nystrom rank the ours_nystrom side uses at n (``krr.landmark_rule``)."""
+  from methods.kernel_ridge import krr  # pylint: disable=import-outside-toplevel
+  return krr.landmark_rule(n)
 
 
 def describe_threadpools(side: str, pools: list[dict]) -> list[str]:
@@ -329,11 +417,107 @@ def measure(n: int, grid: np.ndarray, repeats: int) -> tuple[dict, str]:
   results = {}
   for side in SIDES:
     print(f"running {side} at n={n} ...", file=sys.stderr, flush=True)
-    results[side] = run_isolated(side, t, x, y, grid, repeats)
+    results[side] = run_isolated(run_side, side, t, x, y, grid, repeats)
   share = load.share()
   print(f"  n={n}: ours {results['ours']['times']}, sklearn {results['sklearn']['times']}",
         file=sys.stderr, flush=True)
   return results, f"n={n}: " + ("n/a" if share is None else f"{100 * share:.0f}%")
+
+
+# ----------------------------------------------------------------------------- roofline
+
+
+def time_parts(n: int, seed: int, repeats: int) -> dict:
+  """Median seconds of the hot parts of one stage-1 fit at n (in a fresh process):
+  the (n, n) product Gram, its Cholesky factorisation, the two triangular solves, and
+  Nystrom's normal equations K_mn K_nm, K_mn y at m = ``krr.landmark_rule(n)``."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from common.timing import median_seconds  # pylint: disable=import-outside-toplevel
+  from methods.kernel_ridge import krr  # pylint: disable=import-outside-toplevel
+  from methods.kernel_ridge import two_stage  # pylint: disable=import-outside-toplevel
+  t, x, y = sample(n, seed)
+  m = krr.landmark_rule(n)
+  with jax.enable_x64(True):
+    k = two_stage.product_kernel("rbf", "rbf", HYPER["lengthscale_t"], HYPER["lengthscale_x"])
+    z, yj = (jnp.asarray(t), jnp.asarray(x)), jnp.asarray(y)
+    gram_fn = jax.jit(lambda z: k(z, z) + n * HYPER["lam1"] * jnp.eye(n))
+    chol_fn = jax.jit(lambda a: jax.scipy.linalg.cho_factor(a, lower=True)[0])
+    solve_fn = jax.jit(lambda c, v: jax.scipy.linalg.cho_solve((c, True), v))
+    normal_fn = jax.jit(lambda z, v, lm: krr.nystrom_normal_equations(k, z, v, lm, 2048))
+    gram = gram_fn(z)
+    factor = chol_fn(gram)
+    lm = krr.take_rows(z, jax.random.choice(jax.random.PRNGKey(0), n, (m,), replace=False))
+    return dict(n=n, m=m, gram=median_seconds(lambda: gram_fn(z), repeats),
+                cholesky=median_seconds(lambda: chol_fn(gram), repeats),
+                solves=median_seconds(lambda: solve_fn(factor, yj), repeats),
+                normal=median_seconds(lambda: normal_fn(z, yj, lm), repeats))
+
+
+def roofline_lines(parts: dict, peak: float, bandwidth: float) -> list[str]:
+  """FLOP and byte counts of each part and its fraction of the machine's limits.
+
+  Gram: squared distances ||a||^2 + ||b||^2 - 2 a.b cost 2d + 4 FLOPs per entry and
+  factor (d = 1 for t and for x), the two factors' product 1 more (13 n^2 in all; the
+  2 n^2 exp's are not counted as FLOPs); it writes 8 n^2 bytes at least. Cholesky:
+  n^3 / 3. Triangular solves: 2 n^2 FLOPs, reading the 8 n^2-byte factor twice.
+  Nystrom normal equations: 2 n m^2 + 2 n m FLOPs (K_mn K_nm and K_mn y).
+  """
+  n, m = parts["n"], parts["m"]
+  counts = {"gram": dict(flops=13.0 * n * n, bytes_moved=8.0 * n * n),
+            "cholesky": dict(flops=n ** 3 / 3.0),
+            "solves": dict(flops=2.0 * n * n, bytes_moved=16.0 * n * n),
+            "normal": dict(flops=2.0 * n * m * m + 2.0 * n * m)}
+  names = {"gram": f"stage-1 Gram ({n} x {n}, float64)",
+           "cholesky": f"Cholesky of the {n} x {n} Gram",
+           "solves": "two triangular solves (cho_solve)",
+           "normal": f"Nystrom normal equations (n={n}, m={m})"}
+  return [f"{roofline_line(names[k], seconds=parts[k], peak_flops=peak, bandwidth=bandwidth, **c)}"
+          f" [{parts[k]:.3f} s]" for k, c in counts.items()]
+
+
+def print_roofline(n: int, repeats: int, tiny: bool = False) -> None:
+  """Measures this machine's float64 GEMM peak and bandwidth, then prints the roofline
+  fraction of each part of a fit at n (``tiny``: small, rough limit measurements)."""
+  peak = peak_matmul_flops(size=256 if tiny else 2048, dtype="float64")
+  bandwidth = stream_bandwidth(num_bytes=1 << 22 if tiny else 1 << 28)["best"]
+  print(f"\n# measured peak float64 GEMM: XLA {peak['xla'] / 1e9:.1f}, numpy BLAS "
+        f"{peak['numpy_blas'] / 1e9:.1f} GFLOP/s; bandwidth {bandwidth / 1e9:.1f} GB/s")
+  # --tiny times in this process: a spawned worker's imports would cost most of its run.
+  parts = time_parts(n, FLAGS.seed, repeats) if tiny else run_isolated(
+      time_parts, n, FLAGS.seed, repeats)
+  print("\n".join(roofline_lines(parts, peak["best"], bandwidth)), flush=True)
+
+
+# ----------------------------------------------------------------------------- curve
+
+
+CURVE_HEADER = (
+    "| n | m | ours Nystrom: median s [min-max] (runs) | ISE ours "
+    "| ISE at rank m // 2 / ISE at m (same sample and landmark key) "
+    "| extra peak RSS MiB ours | sklearn (exact) |\n|---:|---:|---:|---:|---:|---:|---|")
+
+
+def sklearn_cell(n: int, measured: dict) -> str:
+  """sklearn's median time where it was measured at n, else why it was not run."""
+  if n in measured:
+    return f"{np.median(measured[n]['times']):.3f} s"
+  need_gib = SKLEARN_GRAMS * 8.0 * n * n / 2 ** 30
+  if n > SKLEARN_MAX_N:
+    return f"out of memory: needs >= {need_gib:.0f} GiB ({SKLEARN_GRAMS} n x n float64)"
+  return "not run (add n to --ns)"
+
+
+def curve_row(n: int, grid: np.ndarray, truth: np.ndarray, sklearn_results: dict) -> str:
+  """One curve row: ours (Nystrom, m = landmark_rule(n)) at n in a fresh process."""
+  t, x, y = sample(n, FLAGS.seed)
+  print(f"running ours_nystrom (curve) at n={n} ...", file=sys.stderr, flush=True)
+  res = run_isolated(run_side, "ours_nystrom_curve", t, x, y, grid, FLAGS.curve_repeats,
+                     FLAGS.curve_budget_s)
+  ises = [ise(th, truth) for th in res["thetas"]]
+  return (f"| {n} | {landmarks(n)} | {_fmt_s(res['times'])} ({len(res['times'])}) "
+          f"| {np.median(ises[:-1]):.6f} | {ises[-1] / ises[0]:.3f} | {_fmt_mib(res)} "
+          f"| {sklearn_cell(n, sklearn_results)} |")
 
 
 def main(argv):
@@ -342,17 +526,28 @@ def main(argv):
   grid = evaluation_grid()
   truth = true_effect(grid)
   print_header(repeats)
-  rows, loads = [], []
+  rows, loads, sklearn_results = [], [], {}
   for i, n in enumerate(ns):
     results, load = measure(n, grid, repeats)
     if i == 0:
       print_versions(results)
-    rows.append(table_row(n, results["ours"], results["sklearn"], truth))
+    rows.append(table_row(n, results, truth))
     loads.append(load)
+    sklearn_results[n] = results["sklearn"]
   print(TABLE_HEADER)
   print("\n".join(rows))
   print(f"\nCPU used by other processes while each n ran (share of {os.cpu_count()} CPUs): "
         + "; ".join(loads))
+  if FLAGS.roofline:
+    print_roofline(max(ns), repeats, FLAGS.tiny)
+  if FLAGS.curve:
+    load = OtherLoad()
+    print("\n" + CURVE_HEADER, flush=True)
+    for n in [MIN_N * 4] if FLAGS.tiny else parse_ns(FLAGS.curve_ns):
+      print(curve_row(n, grid, truth, sklearn_results), flush=True)
+    share = load.share()
+    print(f"\nCPU used by other processes during the curve: "
+          + ("n/a" if share is None else f"{100 * share:.0f}%"))
 
 
 if __name__ == "__main__":

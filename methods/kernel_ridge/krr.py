@@ -24,6 +24,7 @@ Examples assume ``import jax, jax.numpy as jnp`` and ``from common import kernel
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -35,7 +36,18 @@ from common import checks
 Array = jax.Array
 Gram = Callable[[Any, Any], Array]
 
-SOLVERS = ("cholesky", "cg", "nystrom")
+SOLVERS = ("cholesky", "cg", "nystrom", "auto")
+# "auto" switches from the exact Cholesky solve to Nystrom at this many rows. Measured
+# on the two-stage benchmark (docs/benchmarks.md, "Two-stage kernel ridge"): from
+# n = 4000 on, Nystrom with ``landmark_rule(n)`` landmarks matches the exact solver's
+# ISE to within 1% and runs well over 3x faster; below it an exact solve takes a
+# second or two at most (0.35 s at n = 2000 on an idle 2-core machine), is
+# deterministic and needs no PRNG key.
+NYSTROM_MIN_N = 4000
+# Compute cap of ``landmark_rule``: forming K_mn K_nm costs 2 n m^2 FLOPs, so m = 1000
+# at n = 10^6 is 2e12 FLOPs per stage (45 s at the 44.5 GFLOP/s float64 GEMM rate
+# measured on the 2-core benchmark machine; docs/benchmarks.md has the whole curve).
+MAX_LANDMARKS = 1000
 
 
 class KRRFit(NamedTuple):
@@ -147,6 +159,74 @@ def check_chunk_size(chunk_size) -> None:
                                  not isinstance(chunk_size, (int, np.integer))
                                  or chunk_size < 1):
     raise ValueError(f"chunk_size must be None or an int >= 1, got {chunk_size!r}")
+
+
+def landmark_rule(n: int, scale: float = 1.0, max_landmarks: int = MAX_LANDMARKS) -> int:
+  """The default Nystrom rank m = min(n, max_landmarks, ceil(scale * sqrt(n) * log n)).
+
+  Rudi, Camoriano & Rosasco (2015) show that m of order sqrt(n) log n uniformly
+  sampled landmarks reach the exact KRR learning rate at lambda ~ n^{-1/2}; more
+  generally m ~ d_eff(lambda) log n suffices, with d_eff the effective dimension. At
+  a fixed lambda d_eff does not grow with n, which is what justifies the cap
+  ``max_landmarks`` (a compute budget, since forming the normal equations costs
+  2 n m^2 FLOPs); docs/benchmarks.md checks the resulting ISE against the exact solver.
+
+  Args:
+    n: number of training rows (>= 1).
+    scale: the constant c in front of sqrt(n) log n.
+    max_landmarks: the cap.
+
+  Returns:
+    m, an int in [1, n].
+
+  Example:
+    >>> landmark_rule(8000), landmark_rule(10 ** 6)
+    (804, 1000)
+  """
+  if n < 1:
+    raise ValueError(f"landmark_rule needs n >= 1 rows, got {n}")
+  m = math.ceil(scale * math.sqrt(n) * math.log(max(n, 2)))
+  return max(1, min(n, int(max_landmarks), m))
+
+
+def resolve_solver(solver: str, n: int, num_landmarks: int | None) -> tuple[str, int]:
+  """The concrete (solver, m) that ``solver`` means on n rows.
+
+  "auto" is "cholesky" below ``NYSTROM_MIN_N`` rows and "nystrom" from there on;
+  ``num_landmarks=None`` is ``landmark_rule(n)``.
+
+  Args:
+    solver: one of ``SOLVERS``.
+    n: number of training rows.
+    num_landmarks: the Nystrom rank m, or None for the rule.
+
+  Returns:
+    (one of "cholesky", "cg", "nystrom"; m, unused by the exact solvers).
+
+  Example:
+    >>> resolve_solver("auto", 500, None), resolve_solver("auto", 8000, None)
+    (('cholesky', 139), ('nystrom', 804))
+  """
+  if solver not in SOLVERS:
+    raise ValueError(f"unknown solver {solver!r}; expected one of {SOLVERS}")
+  if num_landmarks is not None and (isinstance(num_landmarks, bool) or num_landmarks < 1):
+    raise ValueError(f"num_landmarks must be None or >= 1, got {num_landmarks}")
+  if solver == "auto":
+    solver = "nystrom" if n >= NYSTROM_MIN_N else "cholesky"
+  return solver, int(landmark_rule(n) if num_landmarks is None else num_landmarks)
+
+
+def block_mask(n: int, chunk_size: int, dtype) -> Array:
+  """(num_chunks, chunk_size) weights: 1 on the n real rows of ``row_blocks``, 0 on padding.
+
+  Example:
+    >>> block_mask(3, 2, jnp.float32)
+    Array([[1., 1.],
+           [1., 0.]], dtype=float32)
+  """
+  num_chunks = -(-n // chunk_size)
+  mask = jnp.arange(num_chunks * chunk_size) < n
+  return mask.astype(dtype).reshape(num_chunks, chunk_size)
 
 
 def _check_fit_args(y: Array, n: int, lam) -> None:
@@ -293,10 +373,9 @@ def nystrom_normal_equations(k: Gram, z: Any, y: Array, landmarks: Any,
   if chunk_size is None or chunk_size >= n:
     k_nm = k(z, landmarks)
     return k_nm.T @ k_nm, k_nm.T @ y, k(landmarks, landmarks)
-  blocks, num_chunks = row_blocks((z, y), chunk_size)
+  blocks, _ = row_blocks((z, y), chunk_size)
   # Padding rows are zeroed so they add nothing to K_mn K_nm or K_mn y.
-  mask = (jnp.arange(num_chunks * chunk_size) < n).astype(y.dtype)
-  mask = mask.reshape(num_chunks, chunk_size)
+  mask = block_mask(n, chunk_size, y.dtype)
 
   def body(carry, xs):
     ktk, kty = carry
@@ -354,7 +433,7 @@ def _fit(k, z, y, lam, key, solver, num_landmarks, chunk_size):
 
 
 def fit(k: Gram, z: Any, y: Array, lam, *, solver: str = "cholesky",
-        key: Array | None = None, num_landmarks: int = 512,
+        key: Array | None = None, num_landmarks: int | None = None,
         chunk_size: int | None = 2048) -> KRRFit:
   """Fits kernel ridge regression of ``y`` on rows of ``z``.
 
@@ -366,10 +445,11 @@ def fit(k: Gram, z: Any, y: Array, lam, *, solver: str = "cholesky",
     lam: ridge lambda > 0 (the loss is normalised by n).
     solver: "cholesky" (exact, O(n^3)), "cg" (exact, matrix-free, O(n^2) per
       iteration, O(n chunk) memory) or "nystrom" (``num_landmarks`` uniformly
-      sampled landmarks, O(n m^2)).
-    key: PRNG key choosing the Nystrom landmarks (required for "nystrom", unused
-      by the exact solvers).
-    num_landmarks: m for "nystrom".
+      sampled landmarks, O(n m^2)), or "auto": "nystrom" from ``NYSTROM_MIN_N``
+      rows on, "cholesky" below (see ``resolve_solver``).
+    key: PRNG key choosing the Nystrom landmarks (required when the solver is or
+      resolves to "nystrom", unused by the exact solvers).
+    num_landmarks: m for "nystrom", or None for ``landmark_rule(n)``.
     chunk_size: rows per block when building K for "cg"/"nystrom".
 
   Returns:
@@ -383,22 +463,18 @@ def fit(k: Gram, z: Any, y: Array, lam, *, solver: str = "cholesky",
     >>> sparse = fit(k, x, jnp.sin(3 * x), 1e-3, solver="nystrom",
     ...              key=jax.random.PRNGKey(0), num_landmarks=10)
   """
-  if solver not in SOLVERS:
-    raise ValueError(f"unknown solver {solver!r}; expected one of {SOLVERS}")
   check_chunk_size(chunk_size)
   n = num_rows(z)
+  solver, num_landmarks = resolve_solver(solver, n, num_landmarks)
   y = checks.as_float("targets y", y)
   _check_fit_args(y, n, lam)
   z = jax.tree_util.tree_map(lambda a: checks.as_float("inputs z", a), z)
   for leaf in jax.tree_util.tree_leaves(z):
     checks.check_finite("inputs z", leaf)
   checks.check_finite("targets y", y)
-  if solver == "nystrom":
-    if key is None:
-      raise ValueError("solver='nystrom' needs a PRNG key to choose landmarks")
-    if num_landmarks < 1:
-      raise ValueError(f"num_landmarks must be >= 1, got {num_landmarks}")
-  return _fit(k, z, y, lam, key, solver, int(num_landmarks), chunk_size)
+  if solver == "nystrom" and key is None:
+    raise ValueError(f"solver='nystrom' (n={n}) needs a PRNG key to choose landmarks")
+  return _fit(k, z, y, lam, key, solver, num_landmarks, chunk_size)
 
 
 def predict(k: Gram, model: KRRFit, z: Any, chunk_size: int | None = None) -> Array:

@@ -19,7 +19,11 @@ regularisation adapts to both. All lambdas of one lengthscale come from one
 eigendecomposition (``krr.spectral_path``), so the grid is cheap: one
 eigendecomposition per stage-1 lengthscale pair and one per stage-2 lengthscale.
 For large n, selection runs on a random subsample of ``max_n`` points and the
-selected hyperparameters are then used on the full sample.
+selected hyperparameters are then used on the full sample, with the solver that
+suits the full n: the exact Cholesky solve below ``krr.NYSTROM_MIN_N`` rows, Nystrom
+with ``krr.landmark_rule(n)`` landmarks from there on (``Selected.solver`` and
+``Selected.num_landmarks``, which ``fit_two_stage``'s default ``solver="auto"`` also
+picks).
 
 Examples assume ``import jax, jax.numpy as jnp``, ``from common import kernels`` and
 ``from common.data import causal``.
@@ -61,6 +65,12 @@ class Selected(NamedTuple):
   hyper: two_stage.TwoStageHyper
   score: float         # pseudo-label error of the chosen candidate
   scores: np.ndarray   # (|scales_t|, |scales_x|, |lams1|, |scales_t2|, |lams2|)
+  solver: str = "cholesky"  # for the fit on all n rows: krr.resolve_solver("auto", n)
+  num_landmarks: int = 1    # its Nystrom rank m (unused by "cholesky")
+
+  def fit_kwargs(self) -> dict:
+    """``fit_two_stage`` keyword arguments for the chosen solver and rank."""
+    return dict(solver=self.solver, num_landmarks=self.num_landmarks)
 
 
 class LooSelected(NamedTuple):
@@ -267,6 +277,14 @@ def select_two_stage(t: Array, x: Array, y: Array, key: Array,
   where theta_hat_D1 is the two-stage fit on D1 and theta~ the covariate average of
   an imputation model fitted on D2 (see the module docstring).
 
+  It also picks the solver for the final fit on all n rows: the exact Cholesky
+  solve below ``krr.NYSTROM_MIN_N`` = 4000 rows, Nystrom with m =
+  ``krr.landmark_rule(n)`` = min(ceil(sqrt(n) log n), 1000) landmarks from there on.
+  At the threshold the Nystrom fit already matches the exact fit's integrated squared
+  error to within 1% at a fraction of its O(n^3) cost, and the exact solve's n x n
+  matrices stop fitting in memory a little above n = 20000 (measurements in
+  docs/benchmarks.md, "Two-stage kernel ridge").
+
   Args:
     t, x, y: the sample (see ``two_stage.check_inputs``).
     key: PRNG key for the subsample and the split.
@@ -274,15 +292,17 @@ def select_two_stage(t: Array, x: Array, y: Array, key: Array,
     kernel_t, kernel_x: kernel names.
 
   Returns:
-    Selected(hyper, score, scores) with absolute lengthscales in ``hyper``.
+    Selected(hyper, score, scores, solver, num_landmarks) with absolute lengthscales
+    in ``hyper``; pass ``**chosen.fit_kwargs()`` (and a key when the solver is
+    "nystrom") to ``fit_two_stage``.
 
   Example:
     >>> data = causal.overlap_design(jax.random.PRNGKey(0), 60)
     >>> grid = SelectionGrid(scales_t=(1.0,), scales_x=(1.0,), lams1=(1e-3,),
     ...                      scales_t2=(1.0,), lams2=(1e-4, 1e-3))
     >>> chosen = select_two_stage(data.t, data.x, data.y, jax.random.PRNGKey(1), grid)
-    >>> chosen.scores.shape
-    (1, 1, 1, 1, 2)
+    >>> chosen.scores.shape, chosen.solver
+    ((1, 1, 1, 1, 2), 'cholesky')
   """
   t, x, y = two_stage.check_inputs(t, x, y)
   if key is None:
@@ -309,4 +329,6 @@ def select_two_stage(t: Array, x: Array, y: Array, key: Array,
       lam1=float(grid.lams1[c]),
       lengthscale_t2=float(grid.scales_t2[d] * h_t),
       lam2=float(grid.lams2[e_]))
-  return Selected(hyper=hyper, score=float(scores[a, b, c, d, e_]), scores=scores)
+  solver, num_landmarks = krr.resolve_solver("auto", n, None)
+  return Selected(hyper=hyper, score=float(scores[a, b, c, d, e_]), scores=scores,
+                  solver=solver, num_landmarks=num_landmarks)

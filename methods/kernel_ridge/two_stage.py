@@ -139,21 +139,35 @@ def mean_embedding(k_x: kernels.Kernel, x_centers: Array, x_population: Array,
                    chunk_size: int | None = None) -> Array:
   """e_l = (1/N) sum_j k_X(x_l, X_j): the empirical kernel mean embedding of P_X at x_l.
 
+  The sum over j runs over blocks of ``chunk_size`` population rows, so memory is
+  O(m chunk_size) however large N is (N = 10^6 with m = 1000 centres would otherwise
+  be an 8 GB float64 matrix).
+
   Args:
     k_x: the covariate kernel.
     x_centers: (m, p) points x_l.
     x_population: (N, p) covariate sample X_j.
-    chunk_size: centres per block, or None.
+    chunk_size: population rows per block, or None for one block.
 
   Returns:
     (m,) e.
 
   Example:
     >>> x = jnp.linspace(-1.0, 1.0, 10)[:, None]
-    >>> e = mean_embedding(kernels.Kernel(0.5), x[:3], x)
+    >>> e = mean_embedding(kernels.Kernel(0.5), x[:3], x, chunk_size=4)
   """
-  return krr.chunked_rows(lambda rows: jnp.mean(k_x(rows, x_population), axis=1),
-                          x_centers, chunk_size)
+  n_pop = x_population.shape[0]
+  if chunk_size is None or chunk_size >= n_pop:
+    return jnp.mean(k_x(x_centers, x_population), axis=1)
+  blocks, _ = krr.row_blocks(x_population, chunk_size)
+  mask = krr.block_mask(n_pop, chunk_size, x_centers.dtype)
+
+  def body(total, xs):
+    rows, w = xs
+    return total + k_x(x_centers, rows) @ w, None
+
+  total, _ = jax.lax.scan(body, jnp.zeros(x_centers.shape[0], x_centers.dtype), (blocks, mask))
+  return total / n_pop
 
 
 def marginalize(stage1: krr.KRRFit, k: kernels.ProductKernel, x_population: Array,
@@ -165,7 +179,7 @@ def marginalize(stage1: krr.KRRFit, k: kernels.ProductKernel, x_population: Arra
     stage1: mu_hat, a ``KRRFit`` over inputs (t, x) with centres (t_l, x_l).
     k: the product kernel it was fitted with.
     x_population: (N, p) covariates X_j to average over.
-    chunk_size: rows per block for the embedding, or None.
+    chunk_size: covariate rows per block for the embedding, or None.
 
   Returns:
     An ``EffectFunction`` with the stage-1 treatment centres.
@@ -253,7 +267,7 @@ def _check_hyper(hyper: TwoStageHyper) -> None:
 def fit_two_stage(t: Array, x: Array, y: Array, hyper: TwoStageHyper, *,
                   key: Array | None = None, kernel_t: str = "rbf",
                   kernel_x: str = "rbf", pseudo: str = "average",
-                  solver: str = "cholesky", num_landmarks: int = 512,
+                  solver: str = "auto", num_landmarks: int | None = None,
                   chunk_size: int | None = 2048,
                   num_permutations: int = 8) -> TwoStageFit:
   """Fits the two-stage KRR dose-response estimator.
@@ -261,12 +275,16 @@ def fit_two_stage(t: Array, x: Array, y: Array, hyper: TwoStageHyper, *,
   Args:
     t: (n,) treatments; x: (n,) or (n, p) covariates; y: (n,) outcomes.
     hyper: lengthscales and ridges of both stages (see ``select_two_stage``).
-    key: PRNG key for the Nystrom landmarks and the permutations; required when
-      ``solver="nystrom"`` or ``pseudo="permute"``, unused (may be None) otherwise.
+    key: PRNG key for the Nystrom landmarks and the permutations; required when the
+      solver is (or "auto" resolves to) "nystrom" or ``pseudo="permute"``, unused
+      (may be None) otherwise.
     kernel_t, kernel_x: kernel names from ``common.kernels.KERNELS``.
     pseudo: "average" or "permute" (see the module docstring).
-    solver: "cholesky", "cg" or "nystrom" (both stages).
-    num_landmarks, chunk_size: Nystrom landmarks and row-block size.
+    solver: "cholesky", "cg", "nystrom" (both stages) or "auto": exact Cholesky
+      below ``krr.NYSTROM_MIN_N`` rows, Nystrom from there on (the default).
+    num_landmarks: Nystrom rank m of each stage, or None for ``krr.landmark_rule(n)``
+      (ceil(sqrt(n) log n), capped at ``krr.MAX_LANDMARKS``).
+    chunk_size: rows per block wherever an n x m or m x N kernel block is built.
     num_permutations: R for ``pseudo="permute"``.
 
   Returns:
@@ -288,16 +306,13 @@ def fit_two_stage(t: Array, x: Array, y: Array, hyper: TwoStageHyper, *,
     kernels.get_kernel(name)  # raises on an unknown name
   if pseudo not in PSEUDO_OUTCOMES:
     raise ValueError(f"unknown pseudo-outcome rule {pseudo!r}; expected one of {PSEUDO_OUTCOMES}")
-  if solver not in krr.SOLVERS:
-    raise ValueError(f"unknown solver {solver!r}; expected one of {krr.SOLVERS}")
-  if solver == "nystrom" and num_landmarks < 1:
-    raise ValueError(f"num_landmarks must be >= 1, got {num_landmarks}")
+  solver, num_landmarks = krr.resolve_solver(solver, t.shape[0], num_landmarks)
   if num_permutations < 1:
     raise ValueError(f"num_permutations must be >= 1, got {num_permutations}")
   if key is None and _needs_key(solver, pseudo):
-    raise ValueError(f"solver={solver!r} with pseudo={pseudo!r} draws random numbers: "
-                     "pass a PRNG key")
+    raise ValueError(f"solver={solver!r} with pseudo={pseudo!r} at n={t.shape[0]} draws "
+                     "random numbers: pass a PRNG key")
   dtype = t.dtype
   hyper = TwoStageHyper(*(jnp.asarray(v, dtype) for v in hyper))
   return _fit_two_stage(t, x, y, hyper, key, kernel_t, kernel_x, pseudo,
-                        solver, int(num_landmarks), chunk_size, int(num_permutations))
+                        solver, num_landmarks, chunk_size, int(num_permutations))

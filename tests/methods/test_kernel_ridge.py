@@ -276,3 +276,59 @@ def test_sweep_bad_hyperparameters_and_degenerate_samples(rng):
     kr.evaluation_grid(np.array([np.nan, 1.0, 2.0]))
   with pytest.raises(ValueError, match="targets y has a non-finite value"):
     krr.fit(kernels.Kernel(1.0), data.x, np.full(20, np.nan), 1e-3)
+
+
+# Issue 30: "auto" switches from the exact solve to Nystrom at krr.NYSTROM_MIN_N rows,
+# with m = landmark_rule(n); the Nystrom fit must keep the exact fit's error.
+def test_auto_solver_switches_to_nystrom_at_the_threshold():
+  at = krr.NYSTROM_MIN_N
+  assert krr.resolve_solver("auto", at - 1, None) == ("cholesky", krr.landmark_rule(at - 1))
+  assert krr.resolve_solver("auto", at, None) == ("nystrom", krr.landmark_rule(at))
+  assert krr.resolve_solver("cholesky", 10 * at, 7) == ("cholesky", 7)
+  assert krr.landmark_rule(100) == 47  # ceil(sqrt(100) log 100) = ceil(46.05)
+  assert krr.landmark_rule(10, scale=10.0) == 10 and krr.landmark_rule(10 ** 7) == krr.MAX_LANDMARKS
+  with pytest.raises(ValueError, match="num_landmarks must be None or >= 1, got 0"):
+    krr.resolve_solver("nystrom", 100, 0)
+
+
+def test_select_and_fit_default_to_nystrom_above_the_threshold(x64, rng, monkeypatch):
+  # A threshold of 100 rows stands in for the real one so the test runs in seconds; the
+  # selection call has the sizes of test_selection_returns_grid_values_and_finite_scores
+  # (and of the tiny claim run), so its programs are compiled once per session.
+  monkeypatch.setattr(krr, "NYSTROM_MIN_N", 100)
+  data = causal.overlap_design(rng, 150, overlap=0.2)
+  grid = kr.SelectionGrid(scales_t=(1.0,), scales_x=(0.5, 1.0), max_n=150)
+  chosen = kr.select_two_stage(data.t, data.x, data.y, rng, grid)
+  assert (chosen.solver, chosen.num_landmarks) == ("nystrom", krr.landmark_rule(150))
+  assert chosen.fit_kwargs() == dict(solver="nystrom", num_landmarks=62)
+  hyper = kr.TwoStageHyper(1.0, 0.5, 1e-3, 1.0, 1e-3)
+  for n, centres in ((99, 99), (150, 62)):
+    fit = kr.fit_two_stage(data.t[:n], data.x[:n], data.y[:n], hyper, key=rng)  # "auto"
+    assert fit.effect.centers.shape == (centres,)
+  with pytest.raises(ValueError, match="solver='nystrom' .* at n=150 draws random numbers"):
+    kr.fit_two_stage(data.t, data.x, data.y, hyper)
+
+
+def test_nystrom_at_the_landmark_rule_keeps_the_exact_error(x64, rng):
+  # The benchmark's estimator on a small sample: Nystrom with landmark_rule(n)
+  # landmarks (n = 500: m = 139) must reach the exact solver's integrated squared
+  # error to within 5%, for every landmark draw tried.
+  n = 500
+  data = causal.overlap_design(rng, n, overlap=1.0)
+  hyper = kr.TwoStageHyper(1.0, 0.5, 1e-4, 1.0, 1e-4)
+  grid = jnp.linspace(-1.0, 1.0, 100)
+  truth = causal.overlap_effect(grid)
+  exact = kr.fit_two_stage(data.t, data.x, data.y, hyper, solver="cholesky")
+  ise_exact = float(kr.integrated_squared_error(exact.effect(grid), truth))
+  for seed in range(3):
+    nys = kr.fit_two_stage(data.t, data.x, data.y, hyper, solver="nystrom",
+                           key=jax.random.PRNGKey(seed), chunk_size=256)
+    ise = float(kr.integrated_squared_error(nys.effect(grid), truth))
+    assert abs(ise / ise_exact - 1.0) < 0.05, (seed, ise, ise_exact)
+
+
+def test_mean_embedding_in_population_blocks_matches_one_block(x64):
+  x = jnp.linspace(-2.0, 2.0, 23)[:, None]
+  k_x = kernels.Kernel(0.7)
+  np.testing.assert_allclose(two_stage.mean_embedding(k_x, x[:5], x, chunk_size=4),
+                             jnp.mean(k_x(x[:5], x), axis=1), rtol=1e-12)
