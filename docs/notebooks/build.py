@@ -182,12 +182,13 @@ plt.show()
 """),
     ("md", """
 ## At scale
-For large tables pass `solver="nystrom"` (with `key=` and `num_landmarks=`) or
-`solver="cg"` to `fit_two_stage`; `select_two_stage` scores its grid on a random
+`fit_two_stage`'s default `solver="auto"` switches to Nystrom (with
+`landmark_rule(n)` landmarks; pass `key=`) from `krr.NYSTROM_MIN_N` rows on, which
+reaches the exact solver's error at a fraction of its cost; `solver="cg"` is the
+exact matrix-free alternative. `select_two_stage` scores its grid on a random
 subsample of `SelectionGrid(max_n=...)` rows (2000 by default). The paper-scale
 experiment is `python -m experiments.main
---config=experiments/configs/kernel_ridge.py:paper --workdir=/tmp/kr_paper`
-(`--config.estimator.solver=nystrom` for n = 10⁵ and more).
+--config=experiments/configs/kernel_ridge.py:paper --workdir=/tmp/kr_paper`.
 """),
 ])
 
