@@ -1,32 +1,39 @@
 """Benchmark: our jit-compiled flow matching vs torchcfm (PyTorch, CPU) on the same MLP.
 
   python -m experiments.benchmarks.flow_matching [--batch_size=256] [--train_steps=200]
-      [--num_samples=10000] [--sample_steps=100] [--repeats=5] [--torch_threads=0] [--tiny]
+      [--steps_per_call=20] [--num_samples=10000] [--sample_steps=100] [--repeats=5]
+      [--torch_threads=0] [--torch_compile] [--tiny]
 
 (torch and torchcfm are benchmark-only dependencies; nothing at run time imports them.)
 
 Both sides train the same unconditional velocity MLP v(x, t) on [x, t] (3 -> 256 ->
 256 -> 256 -> 2, tanh-GELU, float32) with the conditional flow-matching loss of the
 linear path (sigma = 0, independent coupling), Adam(lr 1e-3), on the same 8-Gaussians
-2-D data (batches drawn on the host by numpy, outside the timed region for both):
+2-D data (batches drawn on the host by numpy and placed before the timed region, for
+both sides):
 
 * ours: ``common.train.train_step`` (the shared loop's jit-compiled, donating step)
-  with ``methods.flow_matching.cfm_loss`` and ``optax.adam``; one untimed warm-up
-  step compiles it. Sampling: ``methods.flow_matching.sample_ode`` (diffrax Euler,
-  ``sample_steps`` steps) jit-compiled, warmed up once.
+  with ``methods.flow_matching.cfm_loss`` and ``optax.adam``, timed two ways: one
+  call per step, and a jitted ``lax.scan`` of ``train_step`` over K stacked batches
+  per call (what ``config.train.steps_per_call=K`` runs inside ``common.train``).
+  Sampling: ``methods.flow_matching.sample_ode`` Euler (a ``lax.scan``), the same
+  steps through diffrax (``solver="diffrax_euler"``), and the network's forward
+  passes alone (the floor of any Euler sampler), all jitted.
 * torchcfm: ``ConditionalFlowMatcher(sigma=0).sample_location_and_conditional_flow``,
   ``torch.nn`` MLP, ``torch.optim.Adam``; sampling: an explicit Euler loop of the same
   steps under ``torch.no_grad()`` (torchdyn, which torchcfm's examples use, is not
-  installed).
+  installed). Timed at 1 and 2 intra-op threads (``--torch_threads=N``: only N),
+  eager and under ``torch.compile`` (model and ``Adam.step``; ``--notorch_compile``
+  skips it, ``--tiny`` too: compiling takes minutes).
 
-Training throughput is ``train_steps / seconds`` of one timed block (ending with a
-device sync), sampling throughput ``num_samples / seconds``; each is the median of
-``repeats`` blocks. On a loaded machine torch's multi-threaded intra-op pool degrades
-badly (threads wait for descheduled siblings); ``--torch_threads=1`` gives the peer
-its best case there. It prints a markdown table with the ratio ours / torchcfm (> 1:
-ours is faster) and, as a sanity check, the final training loss on each side.
-``--tiny`` runs batch 32, 5 steps, 100 samples x 5 Euler steps, 1 repeat, in seconds
-(the suite's smoke test).
+Every variant starts from the same init, warms up with one untimed block (which
+compiles) and runs ``repeats`` timed blocks; training throughput is ``train_steps /
+seconds`` of a block, sampling ``num_samples / seconds``; tables give the median and
+the ratio to the fastest torchcfm variant. Checks: our per-step and K-step paths end
+at the same loss (the same updates), our two samplers agree; the final losses of the
+two libraries are printed (same objective; their inits differ). Roofline lines give
+each side's FLOP/s against ``peak_matmul_flops`` (the torch GEMM rate is printed too).
+``--tiny`` runs batch 32, 4 steps (K = 2), 100 samples x 5 Euler steps, 1 repeat.
 """
 
 from __future__ import annotations
@@ -162,11 +169,15 @@ def bench_ours_train(data, repeats: int, seed: int, steps_per_call: int) -> dict
 
 def bench_ours_sample(params, num_samples: int, sample_steps: int, repeats: int,
                       seed: int) -> dict:
-  """Our sampling throughput (samples/s): ``sample_ode`` (diffrax Euler, jitted), and
+  """Our sampling throughput (samples/s), jitted: ``sample_ode`` Euler (a ``lax.scan``
+  of the step), the same steps through diffrax (``solver="diffrax_euler"``), and
   ``sample_steps`` bare forward passes of the network, the floor of any Euler sampler.
 
   Returns:
     ``{variant: samples/s of each timed call}``.
+
+  Raises:
+    RuntimeError: if the two samplers' outputs differ.
   """
   import jax
   import jax.numpy as jnp
@@ -174,17 +185,21 @@ def bench_ours_sample(params, num_samples: int, sample_steps: int, repeats: int,
 
   _, apply_fn, _ = _ours_problem(seed)
 
-  @jax.jit
-  def sample(params, x0):
+  @functools.partial(jax.jit, static_argnames="solver")
+  def sample(params, x0, solver):
     field = lambda t, x: apply_fn(params, jnp.full(x.shape[:1], t, x.dtype), x, None)
-    return fm.sample_ode(field, x0, num_steps=sample_steps, solver="euler")
+    return fm.sample_ode(field, x0, num_steps=sample_steps, solver=solver)
 
   forward = jax.jit(lambda params, x: apply_fn(params, jnp.zeros(x.shape[:1], x.dtype), x, None))
   x0 = jax.random.normal(jax.random.PRNGKey(seed + 2), (num_samples, 2))
+  gap = float(jnp.max(jnp.abs(sample(params, x0, "euler") - sample(params, x0, "diffrax_euler"))))
+  if gap > 1e-4:
+    raise RuntimeError(f"sample_ode's scan and diffrax Euler differ by {gap}; expected equal")
+  out = {f"sample_ode {s}": _rates(lambda s=s: sample(params, x0, s).block_until_ready(),
+                                   num_samples, repeats) for s in ("euler", "diffrax_euler")}
   passes = _rates(lambda: forward(params, x0).block_until_ready(), num_samples, repeats)
-  return {"sample_ode (diffrax Euler)":
-          _rates(lambda: sample(params, x0).block_until_ready(), num_samples, repeats),
-          f"floor: {sample_steps} forward passes alone": [r / sample_steps for r in passes]}
+  out[f"floor: {sample_steps} forward passes alone"] = [r / sample_steps for r in passes]
+  return out
 
 
 def _torch_model(seed: int):
@@ -352,7 +367,7 @@ def main(argv):
   for name, rate in ((f"ours training, K={k}", np.median(ours[f"K={k} steps per call"][0])),
                      ("fastest torchcfm training", peer_train)):
     print(roofline_line(name, seconds=1 / rate, flops=step_flops, peak_flops=peak["best"]))
-  for name, rate in (("ours sampling", np.median(ours_sample["sample_ode (diffrax Euler)"])),
+  for name, rate in (("ours sampling", np.median(ours_sample["sample_ode euler"])),
                      ("fastest torchcfm sampling", peer_sampling)):
     print(roofline_line(name, seconds=1 / rate, flops=sample_flops, peak_flops=peak["best"]))
 
