@@ -33,7 +33,8 @@ the ratio to the fastest torchcfm variant. Checks: our per-step and K-step paths
 at the same loss (the same updates), our two samplers agree; the final losses of the
 two libraries are printed (same objective; their inits differ). Roofline lines give
 each side's FLOP/s against ``peak_matmul_flops`` (the torch GEMM rate is printed too).
-``--tiny`` runs batch 32, 4 steps (K = 2), 100 samples x 5 Euler steps, 1 repeat.
+``--tiny`` runs batch 32, 4 steps (K = 2), 100 samples x 5 Euler steps, 1 repeat,
+torch eager at 1 thread.
 """
 
 from __future__ import annotations
@@ -61,8 +62,10 @@ flags.DEFINE_integer("repeats", 5, "Timed blocks per measurement (the median is 
 flags.DEFINE_integer("seed", 0, "Seed of the data and the parameters.")
 flags.DEFINE_integer("steps_per_call", 20, "Our updates per compiled call on the K-step path "
                      "(what config.train.steps_per_call=K runs); must divide --train_steps.")
-flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads for the peer (0: time 1 and 2).")
-flags.DEFINE_bool("torch_compile", True, "Also time the peer under torch.compile (not with --tiny).")
+flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads for the peer (0: time 1 and 2; "
+                     "--tiny: 1).")
+flags.DEFINE_bool("torch_compile", True, "Also time the peer under torch.compile "
+                  "(not with --tiny).")
 flags.DEFINE_bool("tiny", False, "A seconds-long run: batch 32, 5 steps, 100 samples x 5 "
                   "Euler steps, 1 repeat.")
 
@@ -345,7 +348,8 @@ def main(argv):
     raise RuntimeError(f"per-step loss {loss_1} != K-step loss {loss_k}: the two paths "
                        "must run the same updates")
   ours_sample = bench_ours_sample(params, num_samples, sample_steps, repeats, FLAGS.seed)
-  threads = (FLAGS.torch_threads,) if FLAGS.torch_threads > 0 else (1, 2)
+  # --tiny: 1 thread, as the suite's other benchmarks (a 2-thread pool stalls beside it).
+  threads = (FLAGS.torch_threads,) if FLAGS.torch_threads > 0 else (1,) if FLAGS.tiny else (1, 2)
   compiled = (False, True) if FLAGS.torch_compile and not FLAGS.tiny else (False,)
   peer, peer_sample, gemm = bench_torchcfm(data, num_samples, sample_steps, repeats,
                                            FLAGS.seed, threads, compiled)
@@ -361,7 +365,8 @@ def main(argv):
   peer_sampling = _table("sampling samples/s", {**rows, **peer_sample})
   size = 256 if FLAGS.tiny else 2048
   peak = peak_matmul_flops(size=size)
-  print(f"# {size}-square GEMM float32: XLA {peak['xla'] / 1e9:.1f}, numpy {peak['numpy_blas'] / 1e9:.1f}, "
+  print(f"# {size}-square GEMM float32: XLA {peak['xla'] / 1e9:.1f}, "
+        f"numpy {peak['numpy_blas'] / 1e9:.1f}, "
         + ", ".join(f"torch {n} thread(s) {f / 1e9:.1f}" for n, f in gemm.items()) + " GFLOP/s")
   best = max(peak["best"], *gemm.values())   # The fastest GEMM of any library here.
   step_flops, sample_flops = 3 * forward_flops(batch_size), forward_flops(sample_steps)
