@@ -66,8 +66,8 @@ flags.DEFINE_integer("torch_threads", 0, "torch.set_num_threads for the peer (0:
                      "--tiny: 1).")
 flags.DEFINE_bool("torch_compile", True, "Also time the peer under torch.compile "
                   "(not with --tiny).")
-flags.DEFINE_bool("tiny", False, "A seconds-long run: batch 32, 4 steps (K = 2), 100 samples x 5 "
-                  "Euler steps, 1 repeat.")
+flags.DEFINE_bool("tiny", False, "A seconds-long run: batch 32, 4 steps (K = 2), "
+                  "100 samples x 5 Euler steps, 1 repeat.")
 
 HIDDEN = (256, 256, 256)
 
