@@ -277,11 +277,12 @@ def _generate(model: Transformer, params, prompt: jax.Array, key: jax.Array,
     cache = init_cache(model.config, b, t0 + n)
   prompt = prompt.astype(jnp.int32)
   if left_pad is None:
-    logits, cache = model.apply({"params": params}, prompt, cache)
+    logits, cache = model.apply({"params": params}, prompt, cache, logits_to_keep=1)
     prompt_lengths = jnp.full((b,), t0, jnp.int32)
   else:
     prompt = jnp.where(jnp.arange(t0)[None, :] < left_pad[:, None], pad_id, prompt)
-    logits, cache = model.apply({"params": params}, prompt, cache, left_pad=left_pad)
+    logits, cache = model.apply({"params": params}, prompt, cache, left_pad=left_pad,
+                                logits_to_keep=1)
     prompt_lengths = t0 - left_pad
   keys = jax.random.split(key, n)
 

@@ -381,17 +381,20 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   del layer
   b, t, h, d = q.shape
   kv = k.shape[2]
-  q = q.reshape(b, t, kv, h // kv, d)
-  scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
-  scores = scores / jnp.sqrt(jnp.float32(d))
+  q = q.reshape(b, t, kv, h // kv, d) * jnp.asarray(1.0 / math.sqrt(d), q.dtype)
+  # Scores are laid out (B, KV, T, G, S), the natural output order of the batched
+  # matmul (batch b, k; free t, g; s): no transpose of the largest tensor on the way
+  # in or out (only q, k, v and the output, T or S times smaller, are relaid out).
+  scores = jnp.einsum("btkgd,bskd->bktgs", q, k, preferred_element_type=jnp.float32)
   key_pos = jnp.arange(k.shape[1])
   mask = (key_pos[None, :] <= q_positions[:, None]) & (key_pos[None, :] < kv_length)
-  if kv_start is not None:  # (B, 1, 1, T, S): the causal mask and each row's key padding.
-    mask = mask[None] & (key_pos[None, None, :] >= kv_start[:, None, None])
-    mask = mask[:, None, None]
+  mask = mask[:, None, :]  # (T, 1, S), broadcast over B, KV and G
+  if kv_start is not None:  # (B, 1, T, 1, S): the causal mask and each row's key padding.
+    mask = mask[None] & (key_pos[None, None, None, :] >= kv_start[:, None, None, None])
+    mask = mask[:, None]
   scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
   probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-  out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+  out = jnp.einsum("bktgs,bskd->btkgd", probs, v)
   return out.reshape(b, t, h, d)
 
 
@@ -449,7 +452,9 @@ class _LayerModule(nn.Module):
 class Attention(_LayerModule):
   """Grouped-query attention over cache slots `positions` (T,); with `left_pad` (B,),
   rotary positions are slot - left_pad[b] (clipped at 0 on padding slots) and the
-  attention_fn gets `kv_start=left_pad`."""
+  attention_fn gets `kv_start=left_pad`. `cache_kv` is None or the whole stacked
+  (keys, values) cache of every layer, (L, B, S, KV, d) each; this layer writes its
+  new keys and values at [layer, :, positions] and returns the updated pair."""
 
   @nn.compact
   def __call__(self, x, positions, cache_kv, kv_length, state=None, left_pad=None):
@@ -468,11 +473,15 @@ class Attention(_LayerModule):
     if cache_kv is None:
       k_all, v_all, new_kv = k, v, None
     else:
-      k_cache, v_cache = cache_kv
-      start = positions[0]
-      k_all = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, start, 0, 0))
-      v_all = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, start, 0, 0))
-      new_kv = (k_all, v_all)
+      # Written straight into the stacked (L, B, S, KV, d) buffers at (layer, :, start):
+      # inside a jit that donates the cache, or a while_loop that carries it, XLA
+      # updates it in place, so a decoding step writes T new slots per layer rather
+      # than copying the whole cache.
+      new_kv = tuple(
+          jax.lax.dynamic_update_slice(buf, new[None].astype(buf.dtype),
+                                       (self.layer, 0, positions[0], 0, 0))
+          for buf, new in zip(cache_kv, (k, v)))
+      k_all, v_all = new_kv[0][self.layer], new_kv[1][self.layer]
     kwargs = dict(q_positions=positions, kv_length=kv_length, layer=self.layer)
     if left_pad is not None:
       kwargs["kv_start"] = left_pad
@@ -532,6 +541,10 @@ class Transformer(nn.Module):
   cache's), so later decoding calls need not repeat it. `return_hidden=True` appends
   the final-normed hidden states h (B, T, d_model), the input of the LM head, to the
   outputs: (logits, h) or (logits, new_cache, h) (heads on top of an LM read it).
+  `logits_to_keep=n` computes the LM head on the last n positions only: logits (and
+  h) are then (B, n, ...), equal to the last n rows of the full ones. A prefill that
+  only samples the next token needs n = 1 and skips (T - 1) / T of the head's
+  (B, T, d_model) x (d_model, V) matmul, the largest one of a small model.
 
   Example (ragged):
       >>> tokens = jnp.array([[0, 0, 5, 6], [1, 2, 3, 4]])  # row 0: 2 pads, [5, 6]
@@ -547,12 +560,18 @@ class Transformer(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: jax.Array, cache: KVCache | None = None,
-               left_pad: jax.Array | None = None, return_hidden: bool = False):
+               left_pad: jax.Array | None = None, return_hidden: bool = False,
+               logits_to_keep: int | None = None):
     c = self.config
     if not hasattr(tokens, "ndim"):
       tokens = jnp.asarray(tokens)
     if tokens.ndim != 2:
       raise ValueError(f"tokens must be (batch, time), got shape {tokens.shape}")
+    if logits_to_keep is not None and (
+        isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, numbers.Integral)
+        or not 1 <= logits_to_keep <= tokens.shape[1]):
+      raise ValueError(f"logits_to_keep={logits_to_keep!r}; expected None or an int in "
+                       f"[1, {tokens.shape[1]}] (the tokens' length)")
     check_token_ids(tokens, c.vocab_size)
     if cache is not None:
       _check_cache(cache, tokens)
@@ -568,17 +587,16 @@ class Transformer(nn.Module):
     start = jnp.zeros((), jnp.int32) if cache is None else cache.length
     positions = start + jnp.arange(t, dtype=jnp.int32)
     kv_length = start + t
-    new_k, new_v, new_states = [], [], []
+    kv = None if cache is None else (cache.k, cache.v)
+    new_states = []
     for i in range(c.num_layers):
-      layer_kv = None if cache is None else (cache.k[i], cache.v[i])
       layer_state = None if cache is None or cache.state is None else cache.state[i]
       x, kv, layer_state = Block(c, i, self.attention_fn, name=f"layer_{i}")(
-          x, positions, layer_kv, kv_length, layer_state, left_pad)
-      if kv is not None:
-        new_k.append(kv[0])
-        new_v.append(kv[1])
-        new_states.append(layer_state)
+          x, positions, kv, kv_length, layer_state, left_pad)
+      new_states.append(layer_state)
     x = _norm(c, "final_norm")(x)
+    if logits_to_keep is not None:
+      x = x[:, t - logits_to_keep:]
     if c.tie_embeddings:
       logits = embed.attend(x)
     else:
@@ -590,8 +608,7 @@ class Transformer(nn.Module):
     state = None if cache.state is None else tuple(new_states)
     # Split over batch and kv heads where the caller set logical axis rules and a mesh
     # (`common.partitioning.axis_rules`); a no-op otherwise.
-    new_k, new_v = (nn.with_logical_constraint(jnp.stack(kv), CACHE_AXES)
-                    for kv in (new_k, new_v))
+    new_k, new_v = (nn.with_logical_constraint(buf, CACHE_AXES) for buf in kv)
     return (logits, KVCache(new_k, new_v, kv_length, state, left_pad), *hidden)
 
 
