@@ -382,10 +382,17 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   b, t, h, d = q.shape
   kv = k.shape[2]
   q = q.reshape(b, t, kv, h // kv, d) * jnp.asarray(1.0 / math.sqrt(d), q.dtype)
-  # Scores are laid out (B, KV, T, G, S), the natural output order of the batched
-  # matmul (batch b, k; free t, g; s): no transpose of the largest tensor on the way
-  # in or out (only q, k, v and the output, T or S times smaller, are relaid out).
-  scores = jnp.einsum("btkgd,bskd->bktgs", q, k, preferred_element_type=jnp.float32)
+  if t == 1:
+    # One query (a decoding step): the scores and the weighted sum are products and
+    # reductions that read the cache once in its own (B, S, KV, d) layout; a batched
+    # matmul would first copy every key and value into a transposed layout.
+    scores = jnp.sum(q[:, :, None].astype(jnp.float32) * k[:, None, :, :, None]
+                     .astype(jnp.float32), axis=-1)  # (B, 1, S, KV, G)
+    scores = jnp.moveaxis(scores, 2, -1)[:, 0][:, :, None]  # (B, KV, 1, G, S)
+  else:
+    # Laid out (B, KV, T, G, S), the natural output order of the batched matmul (batch
+    # b, k; free t, g; s): the largest tensor is not transposed on the way in.
+    scores = jnp.einsum("btkgd,bskd->bktgs", q, k, preferred_element_type=jnp.float32)
   key_pos = jnp.arange(k.shape[1])
   mask = (key_pos[None, :] <= q_positions[:, None]) & (key_pos[None, :] < kv_length)
   mask = mask[:, None, :]  # (T, 1, S), broadcast over B, KV and G
@@ -394,6 +401,9 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
     mask = mask[:, None]
   scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
   probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+  if t == 1:  # sum_s p_s v_s as a reduction over the cache's S axis
+    out = jnp.sum(jnp.moveaxis(probs[:, :, 0], -1, 1)[..., None] * v[:, :, :, None], axis=1)
+    return out.reshape(b, 1, h, d)
   out = jnp.einsum("bktgs,bskd->btkgd", probs, v)
   return out.reshape(b, t, h, d)
 
@@ -452,9 +462,7 @@ class _LayerModule(nn.Module):
 class Attention(_LayerModule):
   """Grouped-query attention over cache slots `positions` (T,); with `left_pad` (B,),
   rotary positions are slot - left_pad[b] (clipped at 0 on padding slots) and the
-  attention_fn gets `kv_start=left_pad`. `cache_kv` is None or the whole stacked
-  (keys, values) cache of every layer, (L, B, S, KV, d) each; this layer writes its
-  new keys and values at [layer, :, positions] and returns the updated pair."""
+  attention_fn gets `kv_start=left_pad`."""
 
   @nn.compact
   def __call__(self, x, positions, cache_kv, kv_length, state=None, left_pad=None):
@@ -473,15 +481,11 @@ class Attention(_LayerModule):
     if cache_kv is None:
       k_all, v_all, new_kv = k, v, None
     else:
-      # Written straight into the stacked (L, B, S, KV, d) buffers at (layer, :, start):
-      # inside a jit that donates the cache, or a while_loop that carries it, XLA
-      # updates it in place, so a decoding step writes T new slots per layer rather
-      # than copying the whole cache.
-      new_kv = tuple(
-          jax.lax.dynamic_update_slice(buf, new[None].astype(buf.dtype),
-                                       (self.layer, 0, positions[0], 0, 0))
-          for buf, new in zip(cache_kv, (k, v)))
-      k_all, v_all = new_kv[0][self.layer], new_kv[1][self.layer]
+      k_cache, v_cache = cache_kv
+      start = positions[0]
+      k_all = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, start, 0, 0))
+      v_all = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, start, 0, 0))
+      new_kv = (k_all, v_all)
     kwargs = dict(q_positions=positions, kv_length=kv_length, layer=self.layer)
     if left_pad is not None:
       kwargs["kv_start"] = left_pad
@@ -587,13 +591,16 @@ class Transformer(nn.Module):
     start = jnp.zeros((), jnp.int32) if cache is None else cache.length
     positions = start + jnp.arange(t, dtype=jnp.int32)
     kv_length = start + t
-    kv = None if cache is None else (cache.k, cache.v)
-    new_states = []
+    new_k, new_v, new_states = [], [], []
     for i in range(c.num_layers):
+      layer_kv = None if cache is None else (cache.k[i], cache.v[i])
       layer_state = None if cache is None or cache.state is None else cache.state[i]
       x, kv, layer_state = Block(c, i, self.attention_fn, name=f"layer_{i}")(
-          x, positions, kv, kv_length, layer_state, left_pad)
-      new_states.append(layer_state)
+          x, positions, layer_kv, kv_length, layer_state, left_pad)
+      if kv is not None:
+        new_k.append(kv[0])
+        new_v.append(kv[1])
+        new_states.append(layer_state)
     x = _norm(c, "final_norm")(x)
     if logits_to_keep is not None:
       x = x[:, t - logits_to_keep:]
@@ -608,7 +615,8 @@ class Transformer(nn.Module):
     state = None if cache.state is None else tuple(new_states)
     # Split over batch and kv heads where the caller set logical axis rules and a mesh
     # (`common.partitioning.axis_rules`); a no-op otherwise.
-    new_k, new_v = (nn.with_logical_constraint(buf, CACHE_AXES) for buf in kv)
+    new_k, new_v = (nn.with_logical_constraint(jnp.stack(kv), CACHE_AXES)
+                    for kv in (new_k, new_v))
     return (logits, KVCache(new_k, new_v, kv_length, state, left_pad), *hidden)
 
 
