@@ -382,29 +382,31 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   b, t, h, d = q.shape
   kv = k.shape[2]
   q = q.reshape(b, t, kv, h // kv, d) * jnp.asarray(1.0 / math.sqrt(d), q.dtype)
+  # Scores are laid out (B, KV, S, T, G), keys before queries. With that layout XLA's
+  # CPU matmuls read the probabilities in place for p.v and fold the softmax into it;
+  # the (.., T, S) layout cost a transposed copy of the probabilities per layer (10% of
+  # a prefill; docs/benchmarks.md, "Language model").
   if t == 1:
-    # One query (a decoding step): the scores and the weighted sum are products and
-    # reductions that read the cache once in its own (B, S, KV, d) layout; a batched
-    # matmul would first copy every key and value into a transposed layout.
-    scores = jnp.sum(q[:, :, None].astype(jnp.float32) * k[:, None, :, :, None]
-                     .astype(jnp.float32), axis=-1)  # (B, 1, S, KV, G)
-    scores = jnp.moveaxis(scores, 2, -1)[:, 0][:, :, None]  # (B, KV, 1, G, S)
+    # One query (a decoding step): q.k and p.v are products and reductions that read
+    # the cache once in its own (B, S, KV, d) layout; a batched matmul would first
+    # copy every key and value into a transposed one.
+    scores = jnp.sum(q[:, 0, None].astype(jnp.float32) * k[:, :, :, None].astype(jnp.float32),
+                     axis=-1)  # (B, S, KV, G)
+    scores = jnp.moveaxis(scores, 1, 2)[:, :, :, None]
   else:
-    # Laid out (B, KV, T, G, S), the natural output order of the batched matmul (batch
-    # b, k; free t, g; s): the largest tensor is not transposed on the way in.
-    scores = jnp.einsum("btkgd,bskd->bktgs", q, k, preferred_element_type=jnp.float32)
+    scores = jnp.einsum("btkgd,bskd->bkstg", q, k, preferred_element_type=jnp.float32)
   key_pos = jnp.arange(k.shape[1])
-  mask = (key_pos[None, :] <= q_positions[:, None]) & (key_pos[None, :] < kv_length)
-  mask = mask[:, None, :]  # (T, 1, S), broadcast over B, KV and G
-  if kv_start is not None:  # (B, 1, T, 1, S): the causal mask and each row's key padding.
-    mask = mask[None] & (key_pos[None, None, None, :] >= kv_start[:, None, None, None])
-    mask = mask[:, None]
+  mask = (key_pos[:, None] <= q_positions[None, :]) & (key_pos[:, None] < kv_length)  # (S, T)
+  mask = mask[None, None, :, :, None]
+  if kv_start is not None:  # (B, 1, S, T, 1): the causal mask and each row's key padding.
+    mask = mask & (key_pos[None, None, :, None, None] >= kv_start[:, None, None, None, None])
   scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+  probs = jax.nn.softmax(scores, axis=2).astype(v.dtype)
   if t == 1:  # sum_s p_s v_s as a reduction over the cache's S axis
-    out = jnp.sum(jnp.moveaxis(probs[:, :, 0], -1, 1)[..., None] * v[:, :, :, None], axis=1)
+    weights = jnp.moveaxis(probs[:, :, :, 0], 1, 2)  # (B, S, KV, G)
+    out = jnp.sum(weights[..., None] * v[:, :, :, None], axis=1)  # (B, KV, G, d)
     return out.reshape(b, 1, h, d)
-  out = jnp.einsum("bktgs,bskd->btkgd", probs, v)
+  out = jnp.einsum("bkstg,bskd->btkgd", probs, v)
   return out.reshape(b, t, h, d)
 
 
