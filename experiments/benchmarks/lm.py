@@ -1,7 +1,7 @@
 """Benchmark: our transformer vs Hugging Face `transformers` (PyTorch) on the same weights.
 
   python -m experiments.benchmarks.lm [--repeats=5] [--batch=4] [--prefill_len=256]
-      [--decode_prompt=32] [--decode_tokens=128] [--tiny]
+      [--decode_prompt=32] [--decode_tokens=128] [--torch_threads=1,2] [--nopeer_compile] [--tiny]
 
 (needs the ``bench`` extra: ``pip install -e '.[test,bench]'``, which adds torch and
 transformers).
@@ -14,17 +14,25 @@ as medians of ``repeats`` interleaved runs after one untimed warm-up each (ours 
 excludes compilation):
 
 - prefill tokens/s: one forward pass over (batch, prefill_len) tokens that fills the
-  KV cache (ours: ``model.apply(params, tokens, cache)`` under jit; theirs:
-  ``model(ids, use_cache=True)`` under ``torch.inference_mode``);
-- decode tokens/s: batch * decode_tokens / (time of greedy generation of decode_tokens
-  tokens after a decode_prompt-token prompt, minus the prefill time of that prompt)
-  (ours: ``common.models.sampling.generate``, one jit-compiled prefill + a lax.while_loop decode;
-  theirs: ``model.generate(do_sample=False, min_new_tokens=max_new_tokens)``);
+  KV cache, with every position's logits and with the last one's (``logits_to_keep=1``
+  on both sides, what generation runs) (ours: ``model.apply(params, tokens, cache)``
+  under jit; theirs: ``model(ids, use_cache=True)`` under ``torch.inference_mode``);
+- decode tokens/s: batch * (decode_tokens - 1) / (time of greedy generation of
+  decode_tokens tokens after a decode_prompt-token prompt, minus that of 1 token)
+  (ours: ``common.models.sampling.generate``, one jit-compiled prefill + a
+  lax.while_loop; theirs: ``model.generate(do_sample=False, min_new_tokens=...)``);
+  the peer runs in each ``PEER_VARIANTS`` setting (dynamic cache, static cache, static
+  cache + ``torch.compile``) at each ``--torch_threads`` count, and each row compares
+  ours with the fastest of them;
+- roofline lines: each side's decode step against the bytes it must read (weights and
+  the filled KV cache) as a fraction of the memory bandwidth, and its prefill against
+  its FLOPs as a fraction of the peak matmul rate, both measured in the same run;
 - the compiled memory of one jit training step (forward, backward, AdamW update) of
   our model on (batch, prefill_len) tokens, from ``compiled.memory_analysis()``.
-It also prints the largest logit gap between the two prefills, and fails when it is over
+It also prints the largest logit gap between our prefill and each peer variant's, and fails when it is over
 ``MAX_LOGIT_GAP`` (the correctness check). ``--tiny`` runs a 2-layer width-64 model on
-(1, 16) tokens, 4 decode tokens, 1 repeat, in seconds (the suite's smoke test).
+(1, 16) tokens, 4 decode tokens, 1 repeat, one torch thread count and no torch.compile, in
+seconds (the suite's smoke test).
 """
 
 from __future__ import annotations
