@@ -29,7 +29,8 @@ excludes compilation):
   its FLOPs as a fraction of the peak matmul rate, both measured in the same run;
 - the compiled memory of one jit training step (forward, backward, AdamW update) of
   our model on (batch, prefill_len) tokens, from ``compiled.memory_analysis()``.
-It also prints the largest logit gap between our prefill and each peer variant's, and fails when it is over
+It also prints the largest logit gap between our prefill and each peer variant's, and
+fails when it is over
 ``MAX_LOGIT_GAP`` (the correctness check). ``--tiny`` runs a 2-layer width-64 model on
 (1, 16) tokens, 4 decode tokens, 1 repeat, one torch thread count and no torch.compile, in
 seconds (the suite's smoke test).
@@ -237,7 +238,8 @@ def _print_table(measured, b, t, n, p):
   rows = (("prefill", f"prefill tokens/s (batch {b} x {t}, all logits)"),
           ("prefill_last", f"prefill tokens/s (batch {b} x {t}, last-position logits)"),
           ("decode", f"decode tokens/s (batch {b}, {n} greedy tokens after {p})"))
-  print("\n| measurement | ours | best transformers variant | ratio ours/theirs |\n|---|---|---|---|")
+  print("\n| measurement | ours | best transformers variant | ratio ours/theirs |\n"
+        "|---|---|---|---|")
   for key, label in rows:
     best = max(rates, key=lambda side: rates[side][key])
     print(f"| {label} | {ours[key]:,.0f} | {rates[best][key]:,.0f} ({best}) | "
