@@ -30,8 +30,7 @@ excludes compilation):
 - the compiled memory of one jit training step (forward, backward, AdamW update) of
   our model on (batch, prefill_len) tokens, from ``compiled.memory_analysis()``.
 It also prints the largest logit gap between our prefill and each peer variant's, and
-fails when it is over
-``MAX_LOGIT_GAP`` (the correctness check). ``--tiny`` runs a 2-layer width-64 model on
+fails when it is over ``MAX_LOGIT_GAP`` (the correctness check). ``--tiny`` runs a 2-layer width-64 model on
 (1, 16) tokens, 4 decode tokens, 1 repeat, one torch thread count and no torch.compile, in
 seconds (the suite's smoke test).
 """

@@ -23,8 +23,8 @@ sinks, tail and the gathered keys/values for (b)), and each side's roofline line
 bytes / its time as a fraction of this machine's memory bandwidth, measured in the same
 run (`experiments.benchmarks.stream_bandwidth`). The relative output error of (b)
 against (a) is printed next to the speed-up: the speed-up is bought at that error.
-``--tiny`` runs S = 4096 with H = 2,
-KV = 1, D = 128 and a budget of 256, 1 repeat, in seconds (the suite's smoke test).
+``--tiny`` runs S = 4096 with H = 2, KV = 1, D = 128 and a budget of 256, 1 repeat, in
+seconds (the suite's smoke test).
 """
 
 from __future__ import annotations
