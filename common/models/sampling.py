@@ -260,6 +260,11 @@ def generate(model: Transformer, params, prompt: jax.Array, key: jax.Array, *,
   return out if return_info else out.tokens
 
 
+def _split_layers(cache: KVCache):
+  """(per-layer keys, per-layer values, the cache's other fields) of a KVCache."""
+  return tuple(cache.k), tuple(cache.v), tuple(cache[2:])
+
+
 @functools.partial(jax.jit, static_argnames=("model", "max_new_tokens", "temperature", "top_p",
                                              "eos_id", "pad_id", "info", "return_logits"))
 def _generate(model: Transformer, params, prompt: jax.Array, key: jax.Array,
@@ -277,11 +282,12 @@ def _generate(model: Transformer, params, prompt: jax.Array, key: jax.Array,
     cache = init_cache(model.config, b, t0 + n)
   prompt = prompt.astype(jnp.int32)
   if left_pad is None:
-    logits, cache = model.apply({"params": params}, prompt, cache)
+    logits, cache = model.apply({"params": params}, prompt, cache, logits_to_keep=1)
     prompt_lengths = jnp.full((b,), t0, jnp.int32)
   else:
     prompt = jnp.where(jnp.arange(t0)[None, :] < left_pad[:, None], pad_id, prompt)
-    logits, cache = model.apply({"params": params}, prompt, cache, left_pad=left_pad)
+    logits, cache = model.apply({"params": params}, prompt, cache, left_pad=left_pad,
+                                logits_to_keep=1)
     prompt_lengths = t0 - left_pad
   keys = jax.random.split(key, n)
 
@@ -289,8 +295,13 @@ def _generate(model: Transformer, params, prompt: jax.Array, key: jax.Array,
     i, done = carry[0], carry[3]
     return (i < n) if eos_id is None else (i < n) & ~jnp.all(done)
 
+  # The loop carries the cache's keys and values as one buffer per layer, stacked into a
+  # KVCache only around the model call (XLA folds that stack and the model's per-layer
+  # slices away): each step then writes its slot into each layer's buffer in place,
+  # where a carried (L, ...) stack is sliced, updated and restacked, i.e. copied.
   def body(carry):
-    i, cache, last, done, out = carry
+    i, (ks, vs, rest), last, done, out = carry
+    cache = KVCache(jnp.stack(ks), jnp.stack(vs), *rest)
     token = sample_token(last, keys[i], temperature, top_p)
     if eos_id is not None:
       token = jnp.where(done, pad_id, token)
@@ -307,7 +318,7 @@ def _generate(model: Transformer, params, prompt: jax.Array, key: jax.Array,
     if eos_id is not None:
       done = done | (token == eos_id)
     logits, cache = model.apply({"params": params}, token[:, None], cache)
-    return i + 1, cache, logits[:, -1], done, out
+    return i + 1, _split_layers(cache), logits[:, -1], done, out
 
   out = {"tokens": jnp.full((b, n), pad_id, jnp.int32)}
   if info:
@@ -315,7 +326,8 @@ def _generate(model: Transformer, params, prompt: jax.Array, key: jax.Array,
     out["entropies"] = jnp.zeros((b, n), jnp.float32)
     if return_logits:
       out["logits"] = jnp.zeros((b, n, vocab), jnp.float32)
-  carry = (jnp.zeros((), jnp.int32), cache, logits[:, -1], jnp.zeros((b,), bool), out)
+  carry = (jnp.zeros((), jnp.int32), _split_layers(cache), logits[:, -1],
+           jnp.zeros((b,), bool), out)
   if n:  # (with n = 0 there is no step to trace: keys[i] would index an empty array)
     *_, out = jax.lax.while_loop(cond, body, carry)
   tokens = out["tokens"]

@@ -381,17 +381,32 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   del layer
   b, t, h, d = q.shape
   kv = k.shape[2]
-  q = q.reshape(b, t, kv, h // kv, d)
-  scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
-  scores = scores / jnp.sqrt(jnp.float32(d))
+  q = q.reshape(b, t, kv, h // kv, d) * jnp.asarray(1.0 / math.sqrt(d), q.dtype)
+  # Scores are laid out (B, KV, S, T, G), keys before queries. With that layout XLA's
+  # CPU matmuls read the probabilities in place for p.v and fold the softmax into it;
+  # the (.., T, S) layout cost a transposed copy of the probabilities per layer (10% of
+  # a prefill; docs/benchmarks.md, "Language model").
+  if t == 1:
+    # One query (a decoding step): q.k and p.v are products and reductions that read
+    # the cache once in its own (B, S, KV, d) layout; a batched matmul would first
+    # copy every key and value into a transposed one.
+    scores = jnp.sum(q[:, 0, None].astype(jnp.float32) * k[:, :, :, None].astype(jnp.float32),
+                     axis=-1)  # (B, S, KV, G)
+    scores = jnp.moveaxis(scores, 1, 2)[:, :, :, None]
+  else:
+    scores = jnp.einsum("btkgd,bskd->bkstg", q, k, preferred_element_type=jnp.float32)
   key_pos = jnp.arange(k.shape[1])
-  mask = (key_pos[None, :] <= q_positions[:, None]) & (key_pos[None, :] < kv_length)
-  if kv_start is not None:  # (B, 1, 1, T, S): the causal mask and each row's key padding.
-    mask = mask[None] & (key_pos[None, None, :] >= kv_start[:, None, None])
-    mask = mask[:, None, None]
+  mask = (key_pos[:, None] <= q_positions[None, :]) & (key_pos[:, None] < kv_length)  # (S, T)
+  mask = mask[None, None, :, :, None]
+  if kv_start is not None:  # (B, 1, S, T, 1): the causal mask and each row's key padding.
+    mask = mask & (key_pos[None, None, :, None, None] >= kv_start[:, None, None, None, None])
   scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-  out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+  probs = jax.nn.softmax(scores, axis=2).astype(v.dtype)
+  if t == 1:  # sum_s p_s v_s as a reduction over the cache's S axis
+    weights = jnp.moveaxis(probs[:, :, :, 0], 1, 2)  # (B, S, KV, G)
+    out = jnp.sum(weights[..., None] * v[:, :, :, None], axis=1)  # (B, KV, G, d)
+    return out.reshape(b, 1, h, d)
+  out = jnp.einsum("bkstg,bskd->btkgd", probs, v)
   return out.reshape(b, t, h, d)
 
 
@@ -532,6 +547,10 @@ class Transformer(nn.Module):
   cache's), so later decoding calls need not repeat it. `return_hidden=True` appends
   the final-normed hidden states h (B, T, d_model), the input of the LM head, to the
   outputs: (logits, h) or (logits, new_cache, h) (heads on top of an LM read it).
+  `logits_to_keep=n` computes the LM head on the last n positions only: logits (and
+  h) are then (B, n, ...), equal to the last n rows of the full ones. A prefill that
+  only samples the next token needs n = 1 and skips (T - 1) / T of the head's
+  (B, T, d_model) x (d_model, V) matmul, the largest one of a small model.
 
   Example (ragged):
       >>> tokens = jnp.array([[0, 0, 5, 6], [1, 2, 3, 4]])  # row 0: 2 pads, [5, 6]
@@ -547,12 +566,18 @@ class Transformer(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: jax.Array, cache: KVCache | None = None,
-               left_pad: jax.Array | None = None, return_hidden: bool = False):
+               left_pad: jax.Array | None = None, return_hidden: bool = False,
+               logits_to_keep: int | None = None):
     c = self.config
     if not hasattr(tokens, "ndim"):
       tokens = jnp.asarray(tokens)
     if tokens.ndim != 2:
       raise ValueError(f"tokens must be (batch, time), got shape {tokens.shape}")
+    if logits_to_keep is not None and (
+        isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, numbers.Integral)
+        or not 1 <= logits_to_keep <= tokens.shape[1]):
+      raise ValueError(f"logits_to_keep={logits_to_keep!r}; expected None or an int in "
+                       f"[1, {tokens.shape[1]}] (the tokens' length)")
     check_token_ids(tokens, c.vocab_size)
     if cache is not None:
       _check_cache(cache, tokens)
@@ -579,6 +604,8 @@ class Transformer(nn.Module):
         new_v.append(kv[1])
         new_states.append(layer_state)
     x = _norm(c, "final_norm")(x)
+    if logits_to_keep is not None:
+      x = x[:, t - logits_to_keep:]
     if c.tie_embeddings:
       logits = embed.attend(x)
     else:

@@ -19,8 +19,12 @@ jnp references of the Pallas kernels (interpret-mode Pallas is for tests); on a 
 it runs the compiled kernels, and the scoring kernel's achieved memory bandwidth
 (bytes of codes and scalars read / kernel time) is printed against --peak_gbps.
 The bytes each step reads from the cache are printed too (keys+values for (a); codes,
-sinks, tail and the gathered keys/values for (b)). ``--tiny`` runs S = 4096 with H = 2,
-KV = 1, D = 128 and a budget of 256, 1 repeat, in seconds (the suite's smoke test).
+sinks, tail and the gathered keys/values for (b)), and each side's roofline line: those
+bytes / its time as a fraction of this machine's memory bandwidth, measured in the same
+run (`experiments.benchmarks.stream_bandwidth`). The relative output error of (b)
+against (a) is printed next to the speed-up: the speed-up is bought at that error.
+``--tiny`` runs S = 4096 with H = 2, KV = 1, D = 128 and a budget of 256, 1 repeat, in
+seconds (the suite's smoke test).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ import jax.numpy as jnp
 from common import config as config_lib
 from common.models import transformer
 from experiments.benchmarks import machine_line
+from experiments.benchmarks import roofline_line
+from experiments.benchmarks import stream_bandwidth
 from kernels_pallas import rabitq_scores as rs_kernel
 from methods import rabitq_attention as ra
 from methods.rabitq_attention import cache as cache_lib
@@ -160,19 +166,26 @@ def main(argv):
   print(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}); H={sz.heads} "
         f"KV={sz.kv_heads} D={sz.head_dim} top_p={FLAGS.top_p} "
         f"max_budget={sz.max_budget}, median of {sz.repeats}")
+  bandwidth = stream_bandwidth(1 << 24 if FLAGS.tiny else 1 << 28)
+  print(f"measured bandwidth: copy (numpy) {bandwidth['copy_numpy'] / 1e9:.1f} GB/s, scale "
+        f"(XLA) {bandwidth['scale_xla'] / 1e9:.1f} GB/s")
   print("| context | exact: median ms [min-max] | RaBitQ: median ms [min-max] | speed-up "
-        "exact/RaBitQ | tokens attended (mean/head) | rel. output error | MB read exact / "
+        "exact/RaBitQ | at rel. output error | tokens attended (mean/head) | MB read exact / "
         "RaBitQ |")
   print("|---:|---:|---:|---:|---:|---:|---:|")
-  for s in contexts:
-    r = bench_context(s, sz)
+  rows = [bench_context(s, sz) for s in contexts]
+  for r in rows:
     fmt = lambda t: f"{1e3 * t[0]:.2f} [{1e3 * t[1]:.2f}-{1e3 * t[2]:.2f}]"
-    print(f"| {s} | {fmt(r['exact'])} | {fmt(r['sparse'])} | {r['speedup']:.2f} | "
-          f"{r['tokens']:.0f} | {r['rel_err']:.3f} | {r['bytes_exact'] / 2**20:.1f} / "
+    print(f"| {r['s']} | {fmt(r['exact'])} | {fmt(r['sparse'])} | {r['speedup']:.2f} | "
+          f"{r['rel_err']:.3f} | {r['tokens']:.0f} | {r['bytes_exact'] / 2**20:.1f} / "
           f"{r['bytes_sparse'] / 2**20:.1f} |", flush=True)
+  for r in rows:  # each step against the bytes it must read from the cache
+    for name, side in (("exact", "exact"), ("RaBitQ", "sparse")):
+      print(roofline_line(f"{name} decode step, S={r['s']}", seconds=r[side][0],
+                          bytes_moved=r[f"bytes_{side}"], bandwidth=bandwidth["best"]))
     if "kernel_s" in r:
       peak = f" of peak {r['peak_gbps']:.0f} GB/s" if r["peak_gbps"] else ""
-      print(f"  rabitq_scores kernel: {1e3 * r['kernel_s']:.3f} ms, "
+      print(f"  rabitq_scores kernel (S={r['s']}): {1e3 * r['kernel_s']:.3f} ms, "
             f"{r['kernel_gbps']:.0f} GB/s{peak}")
 
 

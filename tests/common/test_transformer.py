@@ -311,3 +311,40 @@ def test_config_rejects_values_that_give_nan_or_crash(field, value):
     tfm.llama_config(vocab_size=V, d_model=32, num_heads=4, **{field: value})
   with pytest.raises(ValueError, match="RopeScaling.factor=0"):
     tfm.llama_config(rope_scaling=tfm.RopeScaling("linear", 0.0))
+
+
+def test_logits_to_keep_gives_the_last_rows_of_the_full_logits(lm):
+  """logits_to_keep=n computes the head on the last n positions only: the same logits,
+  hidden states and cache as the full call, minus the first T - n rows."""
+  model, params = lm
+  tokens = _tokens()
+  full, full_h = model.apply({"params": params}, tokens, return_hidden=True)
+  for n in (1, 5, 12):
+    logits, h = model.apply({"params": params}, tokens, return_hidden=True, logits_to_keep=n)
+    assert logits.shape == (2, n, V) and h.shape == (2, n, model.config.d_model)
+    np.testing.assert_allclose(logits, full[:, -n:], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(h, full_h[:, -n:], rtol=1e-5, atol=1e-5)
+  cache = tfm.init_cache(model.config, 2, 16)
+  last, c1 = model.apply({"params": params}, tokens, cache, logits_to_keep=1)
+  _, c2 = model.apply({"params": params}, tokens, cache)
+  np.testing.assert_allclose(last[:, 0], full[:, -1], rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(c1.k, c2.k)
+  for bad in (0, 13, True, 2.0):
+    with pytest.raises(ValueError, match="logits_to_keep"):
+      model.apply({"params": params}, tokens, logits_to_keep=bad)
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_single_query_attention_equals_the_batched_path(ragged):
+  """The one-query (decoding) branch of dot_product_attention, which reduces over the
+  cache in its own layout, gives the batched-matmul branch's last row."""
+  rng = np.random.default_rng(0)
+  q = jnp.asarray(rng.standard_normal((3, 2, 8, 16)), jnp.float32)
+  k, v = (jnp.asarray(rng.standard_normal((3, 20, 4, 16)), jnp.float32) for _ in range(2))
+  kwargs = {"kv_start": jnp.array([0, 3, 5])} if ragged else {}
+  both = tfm.dot_product_attention(q, k, v, q_positions=jnp.array([11, 12]), kv_length=13,
+                                   layer=0, **kwargs)
+  one = tfm.dot_product_attention(q[:, 1:], k, v, q_positions=jnp.array([12]), kv_length=13,
+                                  layer=0, **kwargs)
+  assert one.shape == (3, 1, 8, 16)
+  np.testing.assert_allclose(one, both[:, 1:], rtol=1e-5, atol=1e-5)
