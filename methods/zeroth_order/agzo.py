@@ -140,8 +140,8 @@ def _subspace_iteration(hs: list[jax.Array], owner: list[int], omegas: jax.Array
       prod = h.T @ (h @ jnp.concatenate([q[j] for j in js], axis=1))
       for j, block in zip(js, jnp.split(prod, len(js), axis=1)):
         q[j] = block
-    # One QR per layer: with one batched jnp.linalg.qr over the group the step hung
-    # in every try on the CPU backend (jax 0.10.2, 18+ blocks of 128 x 16).
+    # One QR per layer: with one batched jnp.linalg.qr over the group, the compiled
+    # bases hung in every try on the CPU backend (jax 0.10.2, 18+ blocks of 128 x 16).
     q, upper = map(list, zip(*[jnp.linalg.qr(block) for block in q]))
   q, upper = jnp.stack(q), jnp.stack(upper)
   # When rank(H) < r, QR completes the basis with directions outside the row space;
