@@ -32,6 +32,7 @@ def _ppo_config(config) -> ppo.PPOConfig:
   return ppo.PPOConfig(**config.ppo.to_dict())
 
 
+@jax.jit
 def _seed0(tree):
   return jax.tree.map(lambda x: x[0], tree)
 
@@ -51,18 +52,25 @@ def run_method(env_name: str, method: str, config, workdir: str) -> dict:
   dummy = jnp.zeros((1,) + spec.obs_shape, jnp.uint8)
   optimizer = ppo.make_optimizer(pconf, config.num_updates)
 
+  built = {}
+
   def init(key):
     k1, k2, k3 = jax.random.split(key, 3)
-    _, params, extra = curiosity.make_curiosity(method, spec,
-                                                net.init(k1, dummy)["params"], k2, cconf)
+    hooks, params, extra = curiosity.make_curiosity(method, spec,
+                                                    net.init(k1, dummy)["params"], k2, cconf)
+    built.setdefault("hooks", hooks)
     return ppo.init_runner(env, params, pconf, optimizer, k3, extra)
 
-  hooks = curiosity.make_curiosity(method, spec,
-                                   net.init(jax.random.PRNGKey(0), dummy)["params"],
-                                   jax.random.PRNGKey(0), cconf)[0]
-  update = ppo.make_update(env, apply_fn, pconf, optimizer, hooks)
+  # One compiled program initialises every seed's networks, optimizer and environments
+  # (run eagerly, each initialiser and array op compiled its own small program: about
+  # 400 of them per experiment). The hooks are functions of the method and config only
+  # (they close over no array), so those of init's trace serve the update.
   keys = jax.random.split(jax.random.PRNGKey(config.seed), config.seeds)
-  start = lambda: jax.vmap(init)(keys)
+  start_fn = jax.jit(jax.vmap(init))
+  jax.eval_shape(start_fn, keys)
+  hooks = built["hooks"]
+  update = ppo.make_update(env, apply_fn, pconf, optimizer, hooks)
+  start = lambda: start_fn(keys)
 
   def train_to(n):
     return ppo.train(update, start, n, run_dir, config.chunk, num_seeds=config.seeds)

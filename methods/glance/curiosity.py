@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from common import checks
@@ -192,7 +193,7 @@ def _flat(traj):
 
 def _glance(method, spec, policy_params, key, config):
   model = WorldModel(spec.num_actions)
-  h0 = jnp.zeros((1, 128))
+  h0 = np.zeros((1, 128), np.float32)   # numpy: `reinit` must close over no traced array
   init = model.init(key, h0, jnp.zeros((1,), jnp.int32), jnp.zeros((1, 6), jnp.int32))["params"]
   params = {"policy": policy_params, "curiosity": {"model": {k: v for k, v in init.items()
                                                            if k != "projector"},
