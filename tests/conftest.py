@@ -44,6 +44,26 @@ def pytest_unconfigure(config):
     os.environ.pop(_CACHE_ENV, None)
 
 
+# The suite's longest files, started first. With `--dist loadfile` each file runs whole
+# on one xdist worker, in collection order as workers free up; a long file collected
+# last would leave the other worker idle at the end. The tiny-experiment claim tests
+# (`*_claim.py`) and these files each take from half a minute to several minutes.
+_LONG_FILES = ("test_benchmarks_smoke.py", "test_notebooks.py", "test_ppo.py",
+               "test_contract.py", "test_lm_sharding.py")
+
+
+def _is_long(item) -> bool:
+  name = os.path.basename(str(item.path))
+  return name.endswith("_claim.py") or name in _LONG_FILES
+
+
+def pytest_collection_modifyitems(session, config, items):
+  """Moves the long files' tests to the front (a stable sort: each file's tests, and the
+  files among themselves, keep their order)."""
+  del session, config
+  items.sort(key=lambda item: not _is_long(item))
+
+
 # XLA:CPU maps each compiled program's code into its own memory regions. A worker
 # that runs hundreds of test files accumulates tens of thousands of them, and at the
 # kernel's vm.max_map_count (65530 by default) LLVM's next allocation fails inside
