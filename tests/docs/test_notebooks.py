@@ -71,9 +71,12 @@ def _first_line(cell) -> str:
 def _execute(nb, name: str, tmp_path) -> None:
   """Runs every cell of `nb` in place; a failing cell fails the test with its index and
   first line."""
-  client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, km=_kernel_manager(tmp_path))
+  client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, km=_kernel_manager(tmp_path),
+                                   shutdown_kernel="immediate")
   try:
-    client.execute(env=_kernel_env(), cwd=ROOT)
+    # cleanup_kc: shut the kernel down here (with a kernel manager passed in, nbclient
+    # would leave it running, holding a core's share and a GiB, until the worker exits).
+    client.execute(env=_kernel_env(), cwd=ROOT, cleanup_kc=True)
   except CellExecutionError as error:
     failed = next((i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
                    and any(o.get("output_type") == "error" for o in cell.get("outputs", []))),
