@@ -100,18 +100,6 @@ def machine_line(peers: tuple[str, ...] = ()) -> str:
 # as the path they time and print the fraction reached.
 
 
-def _median_seconds(fn, repeats: int) -> float:
-  import statistics  # pylint: disable=g-import-not-at-top
-  import time  # pylint: disable=g-import-not-at-top
-  fn()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
 def stream_bandwidth(num_bytes: int = 1 << 28, repeats: int = 5) -> dict[str, float]:
   """This machine's memory bandwidth in bytes/s, measured like STREAM's copy and scale.
 
@@ -125,13 +113,14 @@ def stream_bandwidth(num_bytes: int = 1 << 28, repeats: int = 5) -> dict[str, fl
   """
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
+  from common.timing import median_seconds  # pylint: disable=g-import-not-at-top
   n = num_bytes // 4
   a = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
   b = np.empty_like(a)
-  copy_s = _median_seconds(lambda: np.copyto(b, a), repeats)
+  copy_s = median_seconds(lambda: np.copyto(b, a), repeats)
   scale = jax.jit(lambda x: x * 3.0)
   x = jax.device_put(a)
-  scale_s = _median_seconds(lambda: scale(x).block_until_ready(), repeats)
+  scale_s = median_seconds(lambda: scale(x), repeats)
   out = {"copy_numpy": 2 * num_bytes / copy_s, "scale_xla": 2 * num_bytes / scale_s}
   out["best"] = max(out.values())
   return out
@@ -150,14 +139,15 @@ def peak_matmul_flops(size: int = 2048, dtype: str = "float32",
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
+  from common.timing import median_seconds  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   a = rng.standard_normal((size, size)).astype(dtype)
   b = rng.standard_normal((size, size)).astype(dtype)
   flops = 2.0 * size ** 3
   dot = jax.jit(jnp.dot)
   xa, xb = jax.device_put(a), jax.device_put(b)
-  xla_s = _median_seconds(lambda: dot(xa, xb).block_until_ready(), repeats)
-  blas_s = _median_seconds(lambda: np.dot(a, b), repeats)
+  xla_s = median_seconds(lambda: dot(xa, xb), repeats)
+  blas_s = median_seconds(lambda: np.dot(a, b), repeats)
   out = {"xla": flops / xla_s, "numpy_blas": flops / blas_s}
   out["best"] = max(out.values())
   return out
@@ -182,17 +172,15 @@ def roofline_line(name: str, *, seconds: float, bytes_moved: float | None = None
   if seconds <= 0:
     raise ValueError(f"seconds must be positive, got {seconds}")
   parts = []
-  if bytes_moved is not None:
-    rate = bytes_moved / seconds
-    part = f"{rate / 1e9:.2f} GB/s"
-    if bandwidth:
-      part += f" = {100 * rate / bandwidth:.0f}% of measured bandwidth {bandwidth / 1e9:.1f} GB/s"
-    parts.append(part)
-  if flops is not None:
-    rate = flops / seconds
-    part = f"{rate / 1e9:.1f} GFLOP/s"
-    if peak_flops:
-      part += f" = {100 * rate / peak_flops:.0f}% of measured peak {peak_flops / 1e9:.1f} GFLOP/s"
+  for amount, limit, scale, unit, digits, what in (
+      (bytes_moved, bandwidth, 1e9, "GB/s", 2, "measured bandwidth"),
+      (flops, peak_flops, 1e9, "GFLOP/s", 1, "measured peak")):
+    if amount is None:
+      continue
+    rate = amount / seconds
+    part = f"{rate / scale:.{digits}f} {unit}"
+    if limit:
+      part += f" = {100 * rate / limit:.0f}% of {what} {limit / scale:.1f} {unit}"
     parts.append(part)
   if not parts:
     raise ValueError("roofline_line needs bytes_moved or flops")
