@@ -113,6 +113,7 @@ import functools
 import json
 import numbers
 import os
+import re
 import shutil
 import types
 from collections.abc import Callable, Mapping
@@ -240,6 +241,10 @@ def default_train_config(**overrides: Any) -> ml_collections.ConfigDict:
       batches in one call (less dispatch overhead for small models) with the
       results of K = 1; calls end at log and checkpoint steps. K > 1 needs
       `on_policy=False`.
+    compiler_options: XLA options for the compiled call, as
+      "name=value,name=value" (names of XLA's DebugOptions, as in XLA_FLAGS without
+      the dashes; "" = XLA's defaults). Options of another backend are ignored by
+      XLA. CGFM sets "xla_cpu_experimental_ynn_fusion_type=" (docs/benchmarks.md).
 
   Args:
     **overrides: values for any of the keys above (an unknown key fails).
@@ -260,6 +265,7 @@ def default_train_config(**overrides: Any) -> ml_collections.ConfigDict:
   config.mesh = ml_collections.ConfigDict(_DEFAULT_MESH)
   config.mesh_shape = (-1,)
   config.steps_per_call = 1
+  config.compiler_options = ""
   config.lock()
   config.update(overrides)
   return config
@@ -270,7 +276,8 @@ _INT_KEYS = (("num_steps", 1), ("seed", 0), ("batch_size", 1), ("checkpoint_ever
 _BOOL_KEYS = ("progress_bar", "distributed", "nan_guard")
 _ALL_KEYS = (*(key for key, _ in _INT_KEYS), *_BOOL_KEYS, "mesh_shape")
 # Keys that configs written before them may lack, with the value they then mean.
-_OPTIONAL_KEYS = {"mesh": _DEFAULT_MESH}
+_OPTIONAL_KEYS = {"mesh": _DEFAULT_MESH, "compiler_options": ""}
+_XLA_OPTION = re.compile(r"xla_[a-z0-9_]+")
 
 
 def stage_train_config(num_steps: int, batch_size: int, log_every: int = 500
@@ -322,6 +329,42 @@ def validate_train_config(config: Any) -> None:
     raise ValueError(f"config.mesh_shape must be None or a sequence of ints, "
                      f"got {mesh_shape!r}")
   mesh_sizes(config)
+  compiler_options(config)
+
+
+def compiler_options(config: Any) -> tuple[tuple[str, Any], ...]:
+  """`config.compiler_options` ("name=value,..."; absent in older configs: none) as
+  (name, value) pairs, for `jax.jit(compiler_options=dict(...))`; values true/false
+  become bools and numbers numbers, the rest stay strings.
+
+  Raises:
+    ValueError: naming the value, if it is not a string of name=value parts with XLA
+      option names (xla_...).
+  """
+  text = config["compiler_options"] if "compiler_options" in config else ""
+  if not isinstance(text, str):
+    raise ValueError(f"config.compiler_options must be a string 'name=value,...', "
+                     f"got {text!r}")
+  pairs = []
+  for part in filter(None, (p.strip() for p in text.split(","))):
+    name, equals, value = part.partition("=")
+    if not equals or not _XLA_OPTION.fullmatch(name.strip()):
+      raise ValueError(f"config.compiler_options: {part!r} in {text!r} is not "
+                       "'name=value' with an XLA option name (xla_...)")
+    pairs.append((name.strip(), _option_value(value.strip())))
+  return tuple(pairs)
+
+
+def _option_value(text: str) -> bool | int | float | str:
+  """A compiler option's value as XLA's option setter takes it (bools as bools)."""
+  if text.lower() in ("true", "false"):
+    return text.lower() == "true"
+  for kind in (int, float):
+    try:
+      return kind(text)
+    except ValueError:
+      pass
+  return text
 
 
 def mesh_sizes(config: Any) -> dict[str, int]:
@@ -544,7 +587,8 @@ def _steps_body(state: TrainState, guard: _Guard, batches: Any, key: jax.Array, 
 
 @functools.lru_cache(maxsize=64)
 def _compiled_steps(loss_fn: Callable, opt_update: Callable, mesh: jax.sharding.Mesh,
-                    gradient_free: bool, shardings: _Shardings | None) -> Callable:
+                    gradient_free: bool, shardings: _Shardings | None,
+                    options: tuple[tuple[str, Any], ...] = ()) -> Callable:
   """The loop's jitted, state-donating call for these static arguments.
 
   Its batches argument is placed with `batch_sharding(mesh, batch_axis=1)` by jit
@@ -554,16 +598,17 @@ def _compiled_steps(loss_fn: Callable, opt_update: Callable, mesh: jax.sharding.
   """
   body = functools.partial(_steps_body, loss_fn=loss_fn, opt_update=opt_update, mesh=mesh,
                            gradient_free=gradient_free, shardings=shardings)
-  return jax.jit(body, donate_argnums=0,
+  return jax.jit(body, donate_argnums=0, compiler_options=dict(options) or None,
                  in_shardings=(None, None, batch_sharding(mesh, batch_axis=1), None))
 
 
 def _train_steps(state: TrainState, guard: _Guard, batches: Any, key: jax.Array, *,
                  loss_fn: Callable, opt_update: Callable, mesh: jax.sharding.Mesh,
-                 gradient_free: bool = False, shardings: _Shardings | None = None):
+                 gradient_free: bool = False, shardings: _Shardings | None = None,
+                 options: tuple[tuple[str, Any], ...] = ()):
   """The loop's compiled call (`_steps_body`), compiled once per static arguments and K."""
-  return _compiled_steps(loss_fn, opt_update, mesh, bool(gradient_free), shardings)(
-      state, guard, batches, key)
+  return _compiled_steps(loss_fn, opt_update, mesh, bool(gradient_free), shardings,
+                         options)(state, guard, batches, key)
 
 
 def _hashable(fn: Callable) -> Callable:
@@ -690,7 +735,8 @@ def _stack(batches: list[Any], call: str) -> Any:
 # Loop keys that never change what a run computes (logging, checkpointing, devices):
 # experiments leave them out of the fingerprints that key their runs.
 BOOKKEEPING_KEYS = ("log_every", "checkpoint_every", "keep_checkpoints", "progress_bar",
-                    "distributed", "nan_guard", "mesh_shape", "steps_per_call", "mesh")
+                    "distributed", "nan_guard", "mesh_shape", "steps_per_call", "mesh",
+                    "compiler_options")
 # Keys that do not change the trained values: they may differ on resume.
 _NOT_RESULT_KEYS = ("num_steps", *BOOKKEEPING_KEYS)
 _SMALL_ARRAY = 64  # Arrays an optimizer closes over up to this size count by value.
@@ -891,7 +937,7 @@ def train(*, init_fn: Callable[[jax.Array], Any],
       the next log or checkpoint step; nothing from it on is checkpointed.
   """
   validate_train_config(config)
-  sizes = mesh_sizes(config)
+  sizes, options = mesh_sizes(config), compiler_options(config)
   # A snapshot of the settings, so any mapping works and later edits cannot leak in.
   config = types.SimpleNamespace(**{key: config[key] for key in _ALL_KEYS})
   if on_policy and config.steps_per_call > 1:
@@ -938,7 +984,8 @@ def train(*, init_fn: Callable[[jax.Array], Any],
   if shardings is not None:
     state_shardings = _with_carry(shardings.tree, getattr(state_shardings, "carry", None))
   call_fn = functools.partial(_train_steps, loss_fn=loss_fn, opt_update=optimizer.update,
-                              mesh=mesh, gradient_free=bool(gradient_free), shardings=shardings)
+                              mesh=mesh, gradient_free=bool(gradient_free), shardings=shardings,
+                              options=options)
 
   def place_batches(begin, end, state):
     """The batches of updates begin..end-1, stacked and sharded, and the carry after them."""

@@ -22,8 +22,9 @@ channels, its gradient and one Adam(lr 1e-3) update.
   B (2L - 1) conditioned blocks) and (b) the 3-level HieraGraphNet on the aware
   hierarchy (``variant_graph(..., method="aware")``). The network is the experiment's:
   receiver-sorted edges and the split-weight InteractionBlock (``common.models.gnn``).
-  (a) is also compiled with XLA:CPU's YNNPACK fusions off (``NO_YNN_FUSION``, one
-  compiler option of that compilation; the experiment keeps XLA's defaults).
+  Both are compiled with the experiment's ``config.train.compiler_options`` (XLA:CPU's
+  YNNPACK fusions off, see ``experiments/configs/cgfm.py``); (a) is also timed with
+  XLA's default options (the "XLA defaults" column).
 * torch: a re-implementation of (a) in ``torch.nn``, eager, float32, with the same
   equations and widths: the conditioning e = LNMLP([phi(t), psi(c)]) per graph,
   node encoder LNMLP([x, static features]), edge encoder LNMLP([dx, dy, |d|]/s), blocks
@@ -55,7 +56,7 @@ runs on the unpadded graph (it needs no static shapes); ours runs on the padded 
 (sizes rounded up to a multiple of 32 per sample), a cost of ``jit`` that is counted.
 A markdown table for docs/benchmarks.md comes last. ``--tiny`` uses the tiny preset's
 mesh and hierarchy (150 nodes, one coarse level) with batch 2, one configuration, 1 block
-of 1 step, no "no YNN" run, torch on 1 thread unless ``--torch_threads`` says otherwise,
+of 1 step, no "XLA defaults" run, torch on 1 thread unless ``--torch_threads`` says otherwise,
 in seconds (the
 suite's smoke test, beside the rest of the suite); the peer checks run as at full size.
 """
@@ -155,6 +156,7 @@ def _ours_step(model, optimizer):
   """One training step: CFM loss, its gradient and an optimizer update."""
   import jax
   import optax
+  from common import train as train_lib
   from methods import cgfm
 
   loss_fn = cgfm.make_loss_fn(model)
@@ -214,25 +216,22 @@ def _field_check(model, init_params, batch, x1, n_real: int, seed: int) -> dict:
   return {"params": init_params, "t": t, "xt": xt[:, :n_real], "v": v[:, :n_real]}
 
 
-# XLA:CPU's YNNPACK fusions (on by default in jax 0.10) materialise the broadcasts of
-# LayerNorm statistics and scales as (E, latent) arrays; this compiler option turns them
-# off for one compilation (the "no YNN" column; the experiment keeps XLA's defaults).
-NO_YNN_FUSION = {"xla_cpu_experimental_ynn_fusion_type": ""}
-
-
 def run_ours(kind: str, num_points: int, seed: int, repeats: int, steps: int,
              flag_values: dict) -> dict:
-  """Times our jitted training step of the 'single' or 'hier' model, or 'single_no_ynn'
-  (the single-level step compiled with ``NO_YNN_FUSION``), in a fresh process."""
+  """Times our jitted training step of the 'single' or 'hier' model, compiled with the
+  experiment's ``config.train.compiler_options``, or 'single_xla_defaults' (the
+  single-level step with XLA's default options), in a fresh process."""
   FLAGS(["cgfm"] + [f"--{k}={v}" for k, v in flag_values.items() if v is not None])
   import jax
   import jax.numpy as jnp
   import optax
+  from common import train as train_lib
   from methods import cgfm
 
   config = base_config(num_points)
   prob, method = make_problem(config, seed), "aware" if kind == "hier" else None
-  options = NO_YNN_FUSION if kind == "single_no_ynn" and jax.default_backend() == "cpu" else None
+  options = None if kind == "single_xla_defaults" else (
+      dict(train_lib.compiler_options(config.train)) or None)
   graph = cgfm.variant_graph(prob["mesh"].pos, prob["mesh"].senders, prob["mesh"].receivers,
                              prob["mesh"].node_type, method=method,
                              ratios=config.model.coarsening_ratios, seed=seed)
@@ -474,11 +473,11 @@ def _mib(num_bytes) -> str:
 
 def measure(num_points: int, thread_counts, repeats: int, steps: int, flag_values: dict):
   """Every side at one mesh size, each in its own process: {ours single, ours single
-  without YNN fusions (not under --tiny), ours hierarchical, torch at each thread count,
+  with XLA's default options (not under --tiny), ours hierarchical, torch at each thread count,
   the fastest torch}."""
   args = (num_points, FLAGS.seed, repeats, steps_per_block(num_points, steps))
   out = {}
-  for kind in ("single", "hier") if FLAGS.tiny else ("single", "single_no_ynn", "hier"):
+  for kind in ("single", "hier") if FLAGS.tiny else ("single", "single_xla_defaults", "hier"):
     print(f"num_points={num_points}: ours {kind} ...", file=sys.stderr, flush=True)
     out[kind] = run_isolated(run_ours, kind, *args, flag_values)
   check = out["single"].pop("check")
@@ -494,7 +493,7 @@ def measure(num_points: int, thread_counts, repeats: int, steps: int, flag_value
 
 def _row(r: dict) -> str:
   """One markdown row of the results table (see the header in ``main``)."""
-  single, plain, hier, peer = r["single"], r.get("single_no_ynn"), r["hier"], r["torch"]
+  single, plain, hier, peer = r["single"], r.get("single_xla_defaults"), r["hier"], r["torch"]
   ts, th, tp = (np.median(x["times"]) for x in (single, hier, peer))
   plain_ms, plain_ratio = "n/a", "n/a"
   if plain is not None:
@@ -546,8 +545,8 @@ def main(argv):
         f"{config.train.batch_size}, float32; median [min-max] of {repeats} blocks")
   print("\n".join(_note(n, r) for n, r in results.items()))
   print()
-  print("| mesh | ours single-level ms/step | ours, no YNN fusion | torch single-level ms/step "
-        "| torch / ours | torch / ours (no YNN) | ours hierarchical ms/step "
+  print("| mesh | ours single-level ms/step | ours, XLA defaults | torch single-level ms/step "
+        "| torch / ours | torch / ours (XLA defaults) | ours hierarchical ms/step "
         "| hierarchical / single | ours compiled MiB (single / hier) "
         "| peak RSS delta MiB (single / hier / torch) |")
   print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

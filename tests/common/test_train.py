@@ -301,6 +301,9 @@ def test_without_guard_a_non_finite_state_is_never_saved(tmp_path):
     ("checkpoint_every", -1, "config.checkpoint_every must be an int >= 0, got -1"),
     ("nan_guard", 1, "config.nan_guard must be a bool, got 1"),
     ("steps_per_call", 0, "config.steps_per_call must be an int >= 1, got 0"),
+    ("compiler_options", "fast=1", r"'fast=1' in 'fast=1' is not 'name=value' with an XLA"),
+    ("compiler_options", "xla_cpu_x", r"'xla_cpu_x' in 'xla_cpu_x' is not 'name=value'"),
+    ("compiler_options", 3, r"config.compiler_options must be a string 'name=value,...', got 3"),
 ])
 def test_invalid_config_is_rejected_before_any_work(tmp_path, key, value, match):
   config = dict(make_config().items())  # A plain dict: ConfigDict would refuse 1 for a bool.
@@ -314,7 +317,7 @@ def test_invalid_config_is_rejected_before_any_work(tmp_path, key, value, match)
 def test_config_defaults_and_bad_arguments(tmp_path):
   config = default_train_config()
   assert config.distributed is False and config.nan_guard is True
-  assert config.steps_per_call == 1
+  assert config.steps_per_call == 1 and config.compiler_options == ""
   with pytest.raises(AttributeError):
     config.num_step = 5  # Locked: a misspelt key fails.
   with pytest.raises(ValueError, match="missing key 'seed'"):
@@ -754,6 +757,19 @@ def test_k_steps_per_call_equal_one_step_per_call(one_step, tmp_path, monkeypatc
   restored = checkpoint.restore(checkpoint.make_manager(tmp_path / "checkpoints", keep=3), 16,
                                 jax.eval_shape(lambda: got.state))
   assert int(restored.step) == 16
+
+
+def test_compiler_options_reach_xla_and_resume_with_other_options(one_step, tmp_path):
+  assert train_lib.compiler_options({"compiler_options": " xla_a=1, xla_b= ,xla_c=False"}) == (
+      ("xla_a", 1), ("xla_b", ""), ("xla_c", False))
+  # An option XLA does not know fails its compilation: the options reach XLA.
+  with pytest.raises(Exception, match="xla_no_such_option"):
+    run_k(tmp_path / "unknown", 1, compiler_options="xla_no_such_option=1")
+  # A real one (XLA:CPU's thread pool for its dots) compiles and trains; the options are
+  # bookkeeping: a run checkpointed with them resumes without them.
+  run_k(tmp_path / "run", 1, num_steps=16, compiler_options="xla_cpu_multi_thread_eigen=false")
+  got = run_k(tmp_path / "run", 1)
+  np.testing.assert_allclose(got.history[-1]["loss"], one_step.history[-1]["loss"], rtol=1e-5)
 
 
 def test_k_step_runs_resume_bitwise_after_an_extension_or_an_interrupt(one_step, tmp_path):
