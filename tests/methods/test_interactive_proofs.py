@@ -231,7 +231,7 @@ def test_gkr_output_matches_direct_evaluation_and_is_accepted(ops):
 
 
 def test_gkr_over_a_low_degree_oracle():
-  F, m, ops = PrimeField(P), 6, ("mul",) + ("add",) * 5
+  F, m, ops = PrimeField(P), 4, ("mul", "add", "add")
   cp = oracles.random_cp(F, jax.random.PRNGKey(0), m, 2, 3)
   oracle = simulation.cp_oracle(F, cp)
   coins = gkr.draw_coins(F, jax.random.PRNGKey(1), ops, m)
