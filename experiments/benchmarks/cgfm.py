@@ -156,7 +156,6 @@ def _ours_step(model, optimizer):
   """One training step: CFM loss, its gradient and an optimizer update."""
   import jax
   import optax
-  from common import train as train_lib
   from methods import cgfm
 
   loss_fn = cgfm.make_loss_fn(model)

@@ -42,7 +42,7 @@ def _jaxlib_version() -> tuple[int, ...]:
 
 # XLA:CPU's YNNPACK fusions (on by default in jaxlib 0.10) materialise the broadcasts of
 # the LayerNorm statistics over the edges as (E, latent) arrays; off, the training step
-# was 1.35x (2,000 nodes) to 1.43x (20,000) faster on CPU (docs/benchmarks.md). Other
+# was 1.3-1.5x faster on CPU at 400 to 20,000 nodes (docs/benchmarks.md). Other
 # backends ignore the option; jaxlib before 0.10 may not know it, so it is left unset there.
 CPU_OPTIONS = "xla_cpu_experimental_ynn_fusion_type=" if _jaxlib_version() >= (0, 10) else ""
 
