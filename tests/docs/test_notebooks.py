@@ -101,7 +101,11 @@ def test_notebook_runs_and_shows_a_plot(name, tmp_path):
   nb = nbformat.read(os.path.join(FOLDER, name), as_version=4)
   nb.cells.append(nbformat.v4.new_code_cell(PROBE))
   _execute(nb, name, tmp_path)
-  executable, package = nb.cells[-1].outputs[0]["text"].split()
+  # The kernel may send the two printed lines as two stream messages (nbclient does not
+  # merge them by default), so read all of the probe's stdout.
+  stdout = "".join(o["text"] for o in nb.cells[-1].outputs
+                   if o.get("output_type") == "stream" and o.get("name") == "stdout")
+  executable, package = stdout.split()
   assert os.path.realpath(executable) == os.path.realpath(sys.executable), executable
   assert os.path.realpath(package).startswith(os.path.realpath(ROOT) + os.sep), package
   # The install cell found the package and did not run pip (which always prints).
