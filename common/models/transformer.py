@@ -381,33 +381,39 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   del layer
   b, t, h, d = q.shape
   kv = k.shape[2]
-  q = q.reshape(b, t, kv, h // kv, d) * jnp.asarray(1.0 / math.sqrt(d), q.dtype)
-  # Scores are laid out (B, KV, S, T, G), keys before queries. With that layout XLA's
-  # CPU matmuls read the probabilities in place for p.v and fold the softmax into it;
-  # the (.., T, S) layout cost a transposed copy of the probabilities per layer (10% of
-  # a prefill; docs/benchmarks.md, "Language model").
+  g = h // kv
+  q = q * jnp.asarray(1.0 / math.sqrt(d), q.dtype)
+  key_pos = jnp.arange(k.shape[1])
+  mask = (key_pos[:, None] <= q_positions[None, :]) & (key_pos[:, None] < kv_length)  # (S, T)
   if t == 1:
     # One query (a decoding step): q.k and p.v are products and reductions that read
     # the cache once in its own (B, S, KV, d) layout; a batched matmul would first
     # copy every key and value into a transposed one.
-    scores = jnp.sum(q[:, 0, None].astype(jnp.float32) * k[:, :, :, None].astype(jnp.float32),
+    q = q.reshape(b, kv, g, d)
+    scores = jnp.sum(q[:, None].astype(jnp.float32) * k[:, :, :, None].astype(jnp.float32),
                      axis=-1)  # (B, S, KV, G)
-    scores = jnp.moveaxis(scores, 1, 2)[:, :, :, None]
-  else:
-    scores = jnp.einsum("btkgd,bskd->bkstg", q, k, preferred_element_type=jnp.float32)
-  key_pos = jnp.arange(k.shape[1])
-  mask = (key_pos[:, None] <= q_positions[None, :]) & (key_pos[:, None] < kv_length)  # (S, T)
-  mask = mask[None, None, :, :, None]
-  if kv_start is not None:  # (B, 1, S, T, 1): the causal mask and each row's key padding.
-    mask = mask & (key_pos[None, None, :, None, None] >= kv_start[:, None, None, None, None])
+    mask = mask[None, :, :, None]  # (1, S, 1, 1)
+    if kv_start is not None:
+      mask = mask & (key_pos[None, :, None, None] >= kv_start[:, None, None, None])
+    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=1).astype(v.dtype)
+    out = jnp.sum(probs[..., None] * v[:, :, :, None], axis=1)  # (B, KV, G, d)
+    return out.reshape(b, 1, h, d)
+  # The G query heads that share a key/value head are extra query rows: queries are
+  # laid out (B, KV, T*G, d) and the scores (B, KV, S, T*G), keys before queries. In
+  # that layout XLA's CPU matmuls read the probabilities in place for p.v and fold the
+  # softmax into it (the (.., T, S) layout cost a transposed copy of the probabilities
+  # per layer); keeping T and G as two axes instead, with G last, was up to 10x slower
+  # (a unit G axis for multi-head attention; docs/benchmarks.md, "Language model").
+  q = q.reshape(b, t, kv, g, d).transpose(0, 2, 1, 3, 4).reshape(b, kv, t * g, d)
+  scores = jnp.einsum("bkqd,bskd->bksq", q, k, preferred_element_type=jnp.float32)
+  mask = jnp.repeat(mask, g, axis=1)[None, None]  # (1, 1, S, T*G): row t*G + j is query t
+  if kv_start is not None:  # (B, 1, S, T*G): the causal mask and each row's key padding.
+    mask = mask & (key_pos[None, None, :, None] >= kv_start[:, None, None, None])
   scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
   probs = jax.nn.softmax(scores, axis=2).astype(v.dtype)
-  if t == 1:  # sum_s p_s v_s as a reduction over the cache's S axis
-    weights = jnp.moveaxis(probs[:, :, :, 0], 1, 2)  # (B, S, KV, G)
-    out = jnp.sum(weights[..., None] * v[:, :, :, None], axis=1)  # (B, KV, G, d)
-    return out.reshape(b, 1, h, d)
-  out = jnp.einsum("bkstg,bskd->btkgd", probs, v)
-  return out.reshape(b, t, h, d)
+  out = jnp.einsum("bksq,bskd->bqkd", probs, v)  # (B, T*G, KV, d)
+  return out.reshape(b, t, g, kv, d).transpose(0, 1, 3, 2, 4).reshape(b, t, h, d)
 
 
 class Linear(nn.Module):

@@ -33,6 +33,12 @@ def lm(request):
   return model, params
 
 
+def _jit_apply(model):
+  """`model.apply` compiled as one program per input shape (op-by-op dispatch compiles a
+  program per operation and shape, which costs several times more for these tiny models)."""
+  return jax.jit(model.apply)
+
+
 def _tokens(b=2, t=12, seed=1):
   return jax.random.randint(jax.random.PRNGKey(seed), (b, t), 0, V)
 
@@ -57,8 +63,9 @@ def test_causality(lm):
   model, params = lm
   tokens = _tokens()
   changed = tokens.at[:, 7].set((tokens[:, 7] + 1) % V)
-  a = model.apply({"params": params}, tokens)
-  b = model.apply({"params": params}, changed)
+  apply = _jit_apply(model)
+  a = apply({"params": params}, tokens)
+  b = apply({"params": params}, changed)
   np.testing.assert_array_equal(a[:, :7], b[:, :7])
   assert not np.allclose(a[:, 7:], b[:, 7:])
 
@@ -144,13 +151,13 @@ def test_attention_fn_is_replaceable(lm):
 
   swapped = tfm.Transformer(model.config, attention_fn=explicit_attention)
   tokens = _tokens()
-  np.testing.assert_allclose(swapped.apply({"params": params}, tokens),
-                             model.apply({"params": params}, tokens), atol=1e-5)
+  apply, apply_swapped = _jit_apply(model), _jit_apply(swapped)
+  full = apply({"params": params}, tokens)
+  np.testing.assert_allclose(apply_swapped({"params": params}, tokens), full, atol=1e-5)
   cache = tfm.init_cache(model.config, 2, 16)
-  _, cache = swapped.apply({"params": params}, tokens[:, :6], cache)
-  logits, _ = swapped.apply({"params": params}, tokens[:, 6:7], cache)
-  np.testing.assert_allclose(logits[:, 0], model.apply({"params": params}, tokens)[:, 6],
-                             atol=1e-5)
+  _, cache = apply_swapped({"params": params}, tokens[:, :6], cache)
+  logits, _ = apply_swapped({"params": params}, tokens[:, 6:7], cache)
+  np.testing.assert_allclose(logits[:, 0], full[:, 6], atol=1e-5)
 
 
 def test_attention_only_model_has_no_mlp_and_caches_exactly():
@@ -160,10 +167,11 @@ def test_attention_only_model_has_no_mlp_and_caches_exactly():
   params = tfm.init_params(model, jax.random.PRNGKey(0))
   assert set(params["layer_0"]) == {"attn", "attn_norm"}
   tokens = _tokens(1, 8)
-  full = model.apply({"params": params}, tokens)
+  apply = _jit_apply(model)
+  full = apply({"params": params}, tokens)
   cache = tfm.init_cache(config, 1, 8)
-  first, cache = model.apply({"params": params}, tokens[:, :5], cache)
-  rest, _ = model.apply({"params": params}, tokens[:, 5:], cache)
+  first, cache = apply({"params": params}, tokens[:, :5], cache)
+  rest, _ = apply({"params": params}, tokens[:, 5:], cache)
   np.testing.assert_allclose(np.concatenate([first, rest], 1), full, atol=1e-5)
 
 
@@ -221,7 +229,7 @@ def test_greedy_generation_matches_full_recomputation(lm):
                           temperature=0.0)
   assert out.shape == (2, 10)
   np.testing.assert_array_equal(out[:, :4], prompt)
-  full = model.apply({"params": params}, out)
+  full = _jit_apply(model)({"params": params}, out)
   np.testing.assert_array_equal(jnp.argmax(full[:, 3:-1], -1), out[:, 4:])
   sampled = sampling.generate(model, params, prompt, jax.random.PRNGKey(0), max_new_tokens=6,
                               temperature=1.0, top_p=0.9)
@@ -248,8 +256,9 @@ def test_attention_state_is_threaded_through_the_cache(lm):
   plain = sampling.generate(model, params, tokens[:, :4], jax.random.PRNGKey(0),
                             max_new_tokens=3, temperature=0.0)
   np.testing.assert_array_equal(out, plain)
-  _, cache = counting.apply({"params": params}, tokens[:, :5], cache)
-  _, cache = counting.apply({"params": params}, tokens[:, 5:6], cache)
+  apply = _jit_apply(counting)
+  _, cache = apply({"params": params}, tokens[:, :5], cache)
+  _, cache = apply({"params": params}, tokens[:, 5:6], cache)
   assert [int(s) for s in cache.state] == [6 * (i + 1) for i in range(model.config.num_layers)]
 
 
