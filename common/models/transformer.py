@@ -48,6 +48,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 from collections.abc import Callable
@@ -639,14 +640,22 @@ def _named(init: Callable, axes: tuple[str | None, ...]) -> Callable:
   return init if all(a is None for a in axes) else nn.with_logical_partitioning(init, axes)
 
 
-def init_params(model: Transformer, key: jax.Array, seq_len: int = 1) -> Any:
+def init_params(model: nn.Module, key: jax.Array, seq_len: int = 1) -> Any:
   """Fresh parameters: normal(0.02) weights and embeddings, zero biases, unit norms.
 
   Plain arrays: `model.init` boxes every parameter with its logical axis names
   (`nn.LogicallyPartitioned`); this unboxes them (`logical_axes` gives the names).
+  `model` is a `Transformer` or another module called on (B, T) int tokens (the
+  FusionRoute router). The init is compiled once per module and `seq_len`.
   """
-  tokens = jnp.zeros((1, seq_len), jnp.int32)
-  return nn.meta.unbox(jax.jit(model.init)(key, tokens)["params"])
+  return nn.meta.unbox(_init_variables(model, key, seq_len)["params"])
+
+
+# Module level with the module static (modules hash and compare by their fields): a
+# `jax.jit(model.init)` made per call traced and compiled the init again every call.
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _init_variables(model: nn.Module, key: jax.Array, seq_len: int) -> Any:
+  return model.init(key, jnp.zeros((1, seq_len), jnp.int32))
 
 
 def logical_axes(model: nn.Module, *args: Any) -> Any:

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from common import checks
-from common.models.transformer import KVCache, Transformer, TransformerConfig
+from common.models.transformer import KVCache, Transformer, TransformerConfig, init_params
 
 
 class Router(nn.Module):
@@ -53,7 +53,7 @@ def init_router(router: Router, key: jax.Array) -> Any:
   """Fresh router parameters {"lm": ..., "route_head": ...} (routing head at zero), as
   plain arrays (the LM's logical axis names unboxed)."""
   checks.positive_int("Router.num_experts", router.num_experts, low=2)
-  return nn.meta.unbox(jax.jit(router.init)(key, jnp.zeros((1, 1), jnp.int32))["params"])
+  return init_params(router, key)
 
 
 def from_lm_params(router: Router, lm_params: Any, key: jax.Array) -> Any:
