@@ -14,6 +14,7 @@ runner states under workdir/runs/<env>-<method>-<fp>/; its measurements are a
 
 from __future__ import annotations
 
+import functools
 import os
 
 import jax
@@ -37,6 +38,21 @@ def _seed0(tree):
   return jax.tree.map(lambda x: x[0], tree)
 
 
+@jax.jit
+def _stack(trees):
+  return jax.tree.map(lambda *x: jnp.stack(x), *trees)
+
+
+@functools.partial(jax.jit, static_argnames=("env", "net", "obs_shape", "num_envs"))
+def _policy_and_envs(env, net, obs_shape, num_envs, key):
+  """The start of one seed's run that every method shares: (the policy's parameters,
+  the curiosity's key, the environments' first timesteps, the runner's key)."""
+  k1, k2, k3 = jax.random.split(key, 3)
+  policy = net.init(k1, jnp.zeros((1,) + tuple(obs_shape), jnp.uint8))["params"]
+  timestep, key = ppo.reset_envs(env, num_envs, k3)
+  return policy, k2, timestep, key
+
+
 def run_method(env_name: str, method: str, config, workdir: str) -> dict:
   """Trains every seed of one (environment, method) and measures it (cached)."""
   fp = trials.config_fingerprint({"env": env_name, "method": method, "ppo": config.ppo,
@@ -49,28 +65,30 @@ def run_method(env_name: str, method: str, config, workdir: str) -> dict:
   net = networks.ActorCritic(spec.num_actions)
   apply_fn = lambda p, o: net.apply({"params": p["policy"]}, o)
   pconf, cconf = _ppo_config(config), curiosity.CuriosityConfig(**config.curiosity.to_dict())
-  dummy = jnp.zeros((1,) + spec.obs_shape, jnp.uint8)
   optimizer = ppo.make_optimizer(pconf, config.num_updates)
 
   built = {}
 
-  def init(key):
-    k1, k2, k3 = jax.random.split(key, 3)
-    hooks, params, extra = curiosity.make_curiosity(method, spec,
-                                                    net.init(k1, dummy)["params"], k2, cconf)
+  @jax.jit
+  def init(policy, key, timestep, runner_key):
+    hooks, params, extra = curiosity.make_curiosity(method, spec, policy, key, cconf)
     built.setdefault("hooks", hooks)
-    return ppo.init_runner(env, params, pconf, optimizer, k3, extra)
+    return ppo.start_runner(params, optimizer, timestep, runner_key, extra)
 
-  # One compiled program initialises every seed's networks, optimizer and environments
+  # Two compiled programs initialise a seed's networks, optimizer and environments
   # (run eagerly, each initialiser and array op compiled its own small program: about
-  # 400 of them per experiment). The hooks are functions of the method and config only
-  # (they close over no array), so those of init's trace serve the update.
+  # 400 of them per experiment): `_policy_and_envs`, one for every method, and `init`,
+  # the method's curiosity. Seed by seed, then stacked: the values of `jax.vmap` over
+  # the keys, from programs that compile in half its time (mostly the initialisers'
+  # random numbers and QR decompositions; they run once). The hooks are functions of
+  # the method and config only (they close over no array), so those of init's trace
+  # serve the update.
   keys = jax.random.split(jax.random.PRNGKey(config.seed), config.seeds)
-  start_fn = jax.jit(jax.vmap(init))
-  jax.eval_shape(start_fn, keys)
+  start = lambda: _stack([init(*_policy_and_envs(env, net, spec.obs_shape, pconf.num_envs,
+                                                 keys[i])) for i in range(config.seeds)])
+  jax.eval_shape(start)
   hooks = built["hooks"]
   update = ppo.make_update(env, apply_fn, pconf, optimizer, hooks)
-  start = lambda: start_fn(keys)
 
   def train_to(n):
     return ppo.train(update, start, n, run_dir, config.chunk, num_seeds=config.seeds)

@@ -185,9 +185,23 @@ def make_optimizer(config: PPOConfig, num_updates: int) -> optax.GradientTransfo
 def init_runner(env: Env, params: Any, config: PPOConfig,
                 optimizer: optax.GradientTransformation, key: Array, extra: Any = ()
                 ) -> RunnerState:
-  params = jax.tree.map(jnp.array, params)   # a copy: updates donate the state's buffers
+  """The state before the first update: `reset_envs`, then `start_runner`."""
+  timestep, key = reset_envs(env, config.num_envs, key)
+  return start_runner(params, optimizer, timestep, key, extra)
+
+
+def reset_envs(env: Env, num_envs: int, key: Array) -> tuple[Any, Array]:
+  """(the first timesteps of `num_envs` environments, the key left to the runner): the
+  part of `init_runner` that needs neither parameters nor optimizer, so that callers
+  with several models for one environment can compile it once."""
   key, reset_key = jax.random.split(key)
-  timestep = jax.vmap(env.reset)(jax.random.split(reset_key, config.num_envs))
+  return jax.vmap(env.reset)(jax.random.split(reset_key, num_envs)), key
+
+
+def start_runner(params: Any, optimizer: optax.GradientTransformation, timestep: Any,
+                 key: Array, extra: Any = ()) -> RunnerState:
+  """The state before the first update from environments already reset (`reset_envs`)."""
+  params = jax.tree.map(jnp.array, params)   # a copy: updates donate the state's buffers
   return RunnerState(params, optimizer.init(params), timestep, extra, key,
                      jnp.zeros((), jnp.int32))
 
@@ -324,7 +338,7 @@ def run_updates(update: Callable, state: RunnerState, num_updates: int,
 
 @jax.jit
 def _take(tree, i):
-  return jax.tree.map(lambda x: x[i], tree)
+  return _strong(jax.tree.map(lambda x: x[i], tree))
 
 
 @functools.partial(jax.jit, static_argnames=("axis",))
@@ -333,6 +347,11 @@ def _stack(trees, axis: int = 0):
 
 
 def _seed_by_seed(update, state, num_updates: int, num_seeds: int):
+  # Each seed's state as `train` passes a single run's (committed, without weak types),
+  # so that one compiled update serves single runs and every seed: a fresh state's
+  # slice compiled it twice more (once for its weak types and uncommitted arrays, once
+  # for the update's output).
+  state = jax.device_put(state, jax.local_devices()[0])
   seeds, rows = [], []
   for i in range(num_seeds):
     s = _take(state, i)

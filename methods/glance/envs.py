@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -39,6 +40,10 @@ def environment_names() -> tuple[str, ...]:
 def make_env(name: str, observation: str = "symbolic", **params) -> tuple[Env, EnvSpec]:
   """The auto-resetting xminigrid environment `name` and its spec.
 
+  Equal arguments give the same `Env` (the same pure functions), so that a program
+  jitted with the environment as a static argument compiles once for all its callers
+  (e.g. every method of an experiment on one environment).
+
   Args:
     name: a registered xminigrid name (`environment_names()`).
     observation: "symbolic" (the (tile, colour) grid view, the only kind we use);
@@ -49,8 +54,18 @@ def make_env(name: str, observation: str = "symbolic", **params) -> tuple[Env, E
   Raises:
     ValueError: an unknown name (listing the valid ones) or observation kind.
   """
+  key = (name, observation, tuple(sorted(params.items())))
+  try:
+    hash(key)
+  except TypeError:   # an unhashable override: a fresh environment
+    return _make_env(*key)
+  return _cached_env(*key)
+
+
+def _make_env(name: str, observation: str, params: tuple) -> tuple[Env, EnvSpec]:
   import xminigrid
   from xminigrid.wrappers import GymAutoResetWrapper
+  params = dict(params)
   names = environment_names()
   if name not in names:
     raise ValueError(f"unknown environment {name!r}; expected one of {', '.join(names)}")
@@ -67,3 +82,6 @@ def make_env(name: str, observation: str = "symbolic", **params) -> tuple[Env, E
                  int(env_params.max_steps))
   return Env(reset=lambda key: env.reset(env_params, key),
              step=lambda timestep, action: env.step(env_params, timestep, action)), spec
+
+
+_cached_env = functools.lru_cache(maxsize=None)(_make_env)
