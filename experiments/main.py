@@ -27,6 +27,7 @@ shutdown barrier for its peers.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import sys
@@ -151,9 +152,14 @@ def launcher_args() -> dict:
 def run_experiment(config, workdir: str) -> report.Result:
   """Runs the registered experiment ``config.method`` in ``workdir`` (through its runner).
 
-  A bad config or workdir dies with one line (exit status 2) before any work.
+  A bad config or workdir dies with one line (exit status 2) before any work. Only
+  the experiment that runs is imported (importing them all takes seconds); a method
+  that names none imports them all, for the error that lists the registered ones.
   """
-  registry.load_all()
+  if config.method in registry.experiment_modules():
+    importlib.import_module(f"experiments.{config.method}")
+  else:
+    registry.load_all()
   try:
     experiment = report.get(config.method)
     config_module = registry.config_module(config.method)

@@ -31,24 +31,42 @@ flags.DEFINE_string("workdir", "results", "Where REPORT.md, plots and results go
 FLAGS = flags.FLAGS
 
 
+def _checked_configs(names: list[str], preset: str, workdir: str,
+                    registered: list[str]) -> dict:
+  """The validated config of each of ``names`` at ``preset``, after checking ``workdir``.
+
+  Raises:
+    ValueError: (``ConfigError`` for names and presets) for a name not in
+      ``registered``, an unknown preset, an invalid config, or a bad ``workdir``.
+  """
+  unknown = [n for n in names if n not in registered]
+  if unknown:
+    raise config_lib.ConfigError(
+        f"unknown experiment(s) {unknown}; registered: {', '.join(registered)}")
+  configs = {n: registry.config_module(n).get_config(preset) for n in names}
+  for n, config in configs.items():
+    registry.config_module(n).validate(config)
+  trials.ensure_directory(workdir, "--workdir")
+  return configs
+
+
 def reproduce(names: list[str] | None, preset: str, workdir: str) -> tuple[str, list[str]]:
   """Runs the experiments; returns (report text, names that failed).
+
+  Bad input fails before the experiment modules are imported (which takes seconds):
+  the input is checked against the module names, which are what they register, then
+  against the registry.
 
   Raises:
     ValueError: (``ConfigError`` for names and presets) before any run, for an
       unknown name or preset, an invalid config, or a bad ``workdir``.
   """
+  modules = registry.experiment_modules()
+  _checked_configs(names or modules, preset, workdir, modules)
   registry.load_all()
   experiments = report.registered()
   names = list(experiments) if not names else names
-  unknown = [n for n in names if n not in experiments]
-  if unknown:
-    raise config_lib.ConfigError(
-        f"unknown experiment(s) {unknown}; registered: {', '.join(experiments)}")
-  configs = {n: registry.config_module(n).get_config(preset) for n in names}
-  for n, config in configs.items():
-    registry.config_module(n).validate(config)
-  trials.ensure_directory(workdir, "--workdir")
+  configs = _checked_configs(names, preset, workdir, list(experiments))
   entries, failed = {}, []
   for name in names:
     exp_dir = os.path.join(workdir, name)

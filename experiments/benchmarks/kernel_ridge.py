@@ -59,7 +59,8 @@ erratic (threads wait for descheduled siblings), so rerun when that share is not
 Both sides' Cholesky factorisations run in scipy's bundled OpenBLAS (jaxlib's CPU LAPACK
 kernels are scipy's). Memory: a few n x n float64 matrices per exact side (n = 8000: up
 to ~3 GB); O((n + chunk) m) for Nystrom. ``--tiny`` runs n = 64, 1 repeat, in seconds
-(the suite's smoke test), with rough small-size roofline limits.
+(the suite's smoke test), with rough small-size roofline limits, every side in this
+process (no spawned workers: their imports would cost most of the run).
 """
 
 from __future__ import annotations
@@ -318,7 +319,11 @@ class OtherLoad:
 
 
 def run_isolated(fn, *args):
-  """``fn(*args)`` in a freshly spawned process (clean memory peak, no shared pools)."""
+  """``fn(*args)`` in a freshly spawned process (clean memory peak, no shared pools);
+  under ``--tiny`` in this one (a spawned worker's imports would cost most of a smoke
+  run, and its memory figures mean nothing)."""
+  if FLAGS.tiny:
+    return fn(*args)
   ctx = multiprocessing.get_context("spawn")
   with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
     return pool.submit(fn, *args).result()

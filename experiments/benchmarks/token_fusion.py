@@ -43,17 +43,23 @@ PEERS = ()  # the peer is our own 2D pathway alone
 
 
 def build(size: int):
-  """(spec, frozen, ste_params, mask) at the quick preset's widths."""
+  """(spec, frozen, ste_params) at the quick preset's widths, initialised in one jitted
+  call (flax's eager init would compile each op of a forward pass on its own)."""
   patch = 16 if size % 16 == 0 and size >= 128 else 8
   spec = model_lib.FusionSpec(
       tok.TokenizerConfig(image_size=size, patch_size=patch, num_tokens=32, bits=10,
                           width=128, depth=2, heads=4),
       fusion.BackboneConfig(16, 2), sigma=size / 16)
-  keys = jax.random.split(jax.random.key(0), 3)
-  frozen = model_lib.Frozen(tok.init(keys[0], spec.tokenizer),
-                            fusion.init(keys[1], spec.backbone, size))
-  params = ste.init(keys[2], spec.editor, 32, spec.tokenizer.bits)
-  params["delta"] = jax.random.normal(keys[2], params["delta"].shape)
+
+  @jax.jit
+  def init(keys):
+    frozen = model_lib.Frozen(tok.init(keys[0], spec.tokenizer),
+                              fusion.init(keys[1], spec.backbone, size))
+    params = ste.init(keys[2], spec.editor, 32, spec.tokenizer.bits)
+    params["delta"] = jax.random.normal(keys[2], params["delta"].shape)
+    return frozen, params
+
+  frozen, params = init(jax.random.split(jax.random.key(0), 3))
   return spec, frozen, params
 
 
