@@ -14,6 +14,7 @@ Example:
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +22,7 @@ import numpy as np
 
 MAX_BITS = 31  # p < 2^31: a + b < 2^32 and a * b < 2^62 fit an int64 word.
 MERSENNE_31 = 2**31 - 1
+POW_UNROLL_BITS = 8  # `pow` unrolls exponents up to this many bits, loops over longer.
 
 
 def is_prime(n: int) -> bool:
@@ -107,15 +109,17 @@ class PrimeField:
   def reduce(self, x):
     """x mod p for 0 <= x < 2^62. For the Mersenne prime p = 2^31 - 1, by folding
     (2^31 = 1 mod p: x = hi 2^31 + lo = hi + lo) instead of an integer division."""
+    x = jnp.asarray(x)
     if self.p != MERSENNE_31:
-      return x % self.p
+      return jax.lax.rem(x, jnp.asarray(self.p, x.dtype))  # x >= 0: rem is mod, one op
     x = (x & self.p) + (x >> 31)  # < 2^32
     x = (x & self.p) + (x >> 31)  # <= p + 1
     return jnp.where(x >= self.p, x - self.p, x)
 
   def sum(self, a, axis=None):
     """Sum mod p; exact for up to 2^32 terms per reduction (each term < 2^31)."""
-    return jnp.sum(a, axis=axis) % self.p
+    s = jnp.sum(a, axis=axis)
+    return jax.lax.rem(s, jnp.asarray(self.p, s.dtype))  # s >= 0: rem is mod, one op
 
   def prod(self, a, axis=0):
     """Product mod p along `axis`, by a binary tree of multiplications."""
@@ -133,9 +137,14 @@ class PrimeField:
     return self.sum(self.mul(a, b), axis=axis)
 
   def pow(self, a, e: int):
-    """a^e for a static exponent e >= 0, by square-and-multiply."""
+    """a^e for a static exponent e >= 0, by square-and-multiply: unrolled for short
+    exponents, a loop over e's bits for long ones (inv's e = p - 2: up to 31), the same
+    products in a program of one step instead of up to 2 log2(e) multiplications."""
     if e < 0:
       raise ValueError(f"exponent must be >= 0, got {e}")
+    e = int(e)
+    if e.bit_length() > POW_UNROLL_BITS:
+      return _pow_by_bits(self, jnp.asarray(a), e)
     result = jnp.ones_like(a)
     base = a
     while e:
@@ -158,3 +167,16 @@ class PrimeField:
     if x % self.p == 0:
       raise ValueError(f"{x} is 0 mod p={self.p} and has no inverse")
     return pow(int(x), self.p - 2, self.p)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _pow_by_bits(F: PrimeField, a, e: int):
+  """a^e by square-and-multiply as a loop over the bits of e, least significant first
+  (jitted, so an eager call compiles once per field, exponent and shape)."""
+  bits = jnp.asarray([(e >> i) & 1 for i in range(e.bit_length())], bool)
+
+  def step(i, carry):
+    result, base = carry
+    return jnp.where(bits[i], F.mul(result, base), result), F.mul(base, base)
+
+  return jax.lax.fori_loop(0, e.bit_length(), step, (jnp.ones_like(a), a))[0]

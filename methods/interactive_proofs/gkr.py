@@ -245,6 +245,11 @@ def _shape_problem(F: PrimeField, ops, transcript, m: int, oracle_degree: Option
   return None
 
 
+# One compiled program per circuit, oracle and shape, instead of dispatching its ops
+# one by one (the oracle, a NamedTuple of a function and two ints, is hashable).
+_check_jit = jax.jit(check, static_argnums=(0, 1, 5, 6))
+
+
 def verify(F: PrimeField, ops, transcript, coins: Coins, inputs=None,
            oracle: Optional[Oracle] = None, test_lines: int = 1) -> tuple:
   """The verifier on any transcript handed to it: never raises on malformed input.
@@ -258,7 +263,7 @@ def verify(F: PrimeField, ops, transcript, coins: Coins, inputs=None,
     return False, f"rejected: {problem}"
   t = Transcript(jnp.asarray(transcript.output, jnp.int64), tuple(
       LayerMessages(*(jnp.asarray(x, jnp.int64) for x in layer)) for layer in transcript.layers))
-  accept, reason = check(F, ops, t, coins, inputs=inputs, oracle=oracle, test_lines=test_lines)
+  accept, reason = _check_jit(F, tuple(ops), t, coins, inputs, oracle, test_lines)
   if bool(accept):
     return True, "accepted"
   L, reason = len(ops), int(reason)

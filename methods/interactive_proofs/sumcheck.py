@@ -173,6 +173,10 @@ def check_rounds(F: PrimeField, transcript: Transcript, final_value):
   return accept, jnp.where(accept, ACCEPT, jnp.argmin(checks))
 
 
+# One compiled program per field and shape, instead of dispatching its ops one by one.
+_check_rounds_jit = jax.jit(check_rounds, static_argnums=0)
+
+
 def verify(F: PrimeField, transcript, num_vars: int, degree: int,
            final_value_fn: Callable) -> tuple:
   """The verifier on any transcript handed to it: never raises on malformed input.
@@ -198,7 +202,7 @@ def verify(F: PrimeField, transcript, num_vars: int, degree: int,
     if x.dtype.kind not in "iu" or np.any((x < 0) | (x >= F.p)):
       return False, f"rejected: {name} are not elements of F_{F.p}"
   t = Transcript(*(jnp.asarray(x, jnp.int64) for x in (claim, messages, challenges)))
-  accept, reason = check_rounds(F, t, final_value_fn(t.challenges))
+  accept, reason = _check_rounds_jit(F, t, final_value_fn(t.challenges))
   if bool(accept):
     return True, "accepted"
   reason = int(reason)

@@ -130,22 +130,36 @@ def test_sumcheck_is_complete_on_random_polynomials(n, d, terms):
 
 def test_table_and_oracle_provers_send_the_same_messages():
   F = PrimeField(P)
-  st = sumcheck.ProductSum(F.random(jax.random.PRNGKey(0), (2, 3, 32)),
-                           F.random(jax.random.PRNGKey(1), (2,)))
-  ch = F.random(jax.random.PRNGKey(2), (5,))
-  fn = jax.vmap(lambda x: sumcheck.evaluate(F, st, x))
-  a = jax.jit(lambda c: sumcheck.run(sumcheck.TableProver(F, st, 3), c))(ch)
-  b = jax.jit(lambda c: sumcheck.run(sumcheck.OracleProver(F, fn, 5, 3), c))(ch)
+
+  @jax.jit  # one program: the statement is an argument, not a constant to fold
+  def both(tables, coeffs, ch):
+    st = sumcheck.ProductSum(tables, coeffs)
+    fn = jax.vmap(lambda x: sumcheck.evaluate(F, st, x))
+    return (sumcheck.run(sumcheck.TableProver(F, st, 3), ch),
+            sumcheck.run(sumcheck.OracleProver(F, fn, 5, 3), ch), F.sum(fn(sumcheck.cube(5))))
+
+  a, b, total = both(F.random(jax.random.PRNGKey(0), (2, 3, 32)),
+                     F.random(jax.random.PRNGKey(1), (2,)), F.random(jax.random.PRNGKey(2), (5,)))
   np.testing.assert_array_equal(a.messages, b.messages)
-  assert int(a.claim) == int(b.claim) == int(F.sum(fn(sumcheck.cube(5))))
+  assert int(a.claim) == int(b.claim) == int(total)
+
+
+@pytest.fixture(scope="module")
+def cheater_verdicts():
+  """(accept, reason) of each strategy's run on one statement and key (PRNGKey(5)): one
+  compiled program for the four (the statement's draws are shared), not four."""
+  F = PrimeField(P)
+  run = jax.jit(lambda k: {s: simulation.sumcheck_trial(F, k, 4, 3, 2, s)
+                           for s in provers.STRATEGIES})
+  with jax.enable_x64(True):  # module fixtures set up before the per-test `x64`
+    return run(jax.random.PRNGKey(5))
 
 
 @pytest.mark.parametrize("strategy, reason", [("optimal", 4), ("one_round", 1),
                                               ("random", 4), ("constant", 1)])
-def test_verifier_rejects_each_cheater_with_its_reason(strategy, reason):
+def test_verifier_rejects_each_cheater_with_its_reason(cheater_verdicts, strategy, reason):
   # On the large field a cheater survives a round w.p. <= 3 / p: these keys reject.
-  F = PrimeField(P)
-  accept, got = simulation.sumcheck_trial(F, jax.random.PRNGKey(5), 4, 3, 2, strategy)
+  accept, got = cheater_verdicts[strategy]
   assert not bool(accept) and int(got) == reason
 
 
@@ -163,24 +177,28 @@ def test_optimal_cheater_acceptance_is_exact_over_all_challenges():
     return sumcheck.check_rounds(F, t, sumcheck.evaluate(F, st, challenges))[0]
 
   grid = jnp.asarray(list(itertools.product(range(13), repeat=n)), jnp.int64)
-  count = int(jnp.sum(jax.vmap(accepted)(grid)))
+  count = int(jnp.sum(jax.jit(jax.vmap(accepted))(grid)))
   assert count == 13**2 - (13 - d)**2
 
 
 def test_soundness_rates_match_the_exact_probabilities():
   F, n, d, runs = PrimeField(97), 4, 3, 40_000
   keys = jax.random.split(jax.random.PRNGKey(9), runs)
-  for strategy, exact in (("optimal", 1 - (1 - d / 97)**n), ("one_round", d / 97)):
-    acc, _ = jax.jit(jax.vmap(lambda k: simulation.sumcheck_trial(F, k, n, d, 1, strategy)))(keys)
-    lo, hi = spot_check.binomial_interval(int(acc.sum()), runs, 0.999)
+  exact = {"optimal": 1 - (1 - d / 97)**n, "one_round": d / 97}
+  # Both strategies on the same keys in one program (the statements' draws are shared).
+  accepted = jax.jit(jax.vmap(lambda k: {s: simulation.sumcheck_trial(F, k, n, d, 1, s)[0]
+                                         for s in exact}))(keys)
+  for strategy, exact in exact.items():
+    lo, hi = spot_check.binomial_interval(int(accepted[strategy].sum()), runs, 0.999)
     assert lo <= exact <= hi <= n * d / 97 + 0.01, (strategy, lo, exact, hi)
 
 
 def test_verify_rejects_malformed_transcripts_with_a_reason():
   F, n, d = PrimeField(P), 3, 2
   st = sumcheck.ProductSum(F.random(jax.random.PRNGKey(0), (1, d, 8)), jnp.ones((1,), jnp.int64))
-  good = sumcheck.run(sumcheck.TableProver(F, st, d), F.random(jax.random.PRNGKey(1), (n,)))
-  final = lambda r: sumcheck.evaluate(F, st, r)
+  good = jax.jit(lambda st, r: sumcheck.run(sumcheck.TableProver(F, st, d), r))(
+      st, F.random(jax.random.PRNGKey(1), (n,)))
+  final = jax.jit(lambda r: sumcheck.evaluate(F, st, r))
   assert sumcheck.verify(F, good, n, d, final) == (True, "accepted")
   bad = {
       "messages have shape": good._replace(messages=good.messages[:2]),
@@ -216,59 +234,74 @@ def test_gkr_output_matches_direct_evaluation_and_is_accepted(ops):
   F, m = PrimeField(P), 5
   inputs = F.random(jax.random.PRNGKey(0), (2**m,))
   coins = gkr.draw_coins(F, jax.random.PRNGKey(1), ops, m)
-  prove = jax.jit(lambda c, cheat: gkr.prove(F, ops, c, inputs=inputs, cheat=cheat),
-                  static_argnums=1)
-  check = jax.jit(lambda t, c: gkr.check(F, ops, t, c, inputs=inputs))
-  t = prove(coins, False)
+
+  @jax.jit  # one program (the inputs an argument): the honest and the cheating run
+  def runs(inputs, c):
+    t, lie = (gkr.prove(F, ops, c, inputs=inputs, cheat=cheat) for cheat in (False, True))
+    return t.output, gkr.check(F, ops, t, c, inputs=inputs), gkr.check(F, ops, lie, c,
+                                                                         inputs=inputs)
+
+  output, honest, cheater = runs(inputs, coins)
   direct = np.asarray(inputs, dtype=object)
   for op in ops:
     direct = [(a + b) % P if op == "add" else a * b % P for a, b in zip(direct[0::2], direct[1::2])]
-  assert [int(v) for v in t.output] == [int(v) for v in direct]
-  accept, reason = check(t, coins)
+  assert [int(v) for v in output] == [int(v) for v in direct]
+  accept, reason = honest
   assert bool(accept) and int(reason) == gkr.ACCEPT
-  accept, reason = check(prove(coins, True), coins)
+  accept, reason = cheater
   assert not bool(accept) and int(reason) == 2 * len(ops)  # caught at the input
 
 
 def test_gkr_over_a_low_degree_oracle():
   F, m, ops = PrimeField(P), 4, ("mul", "add", "add")
   cp = oracles.random_cp(F, jax.random.PRNGKey(0), m, 2, 3)
-  oracle = simulation.cp_oracle(F, cp)
   coins = gkr.draw_coins(F, jax.random.PRNGKey(1), ops, m)
-  prove = jax.jit(lambda c, cheat: gkr.prove(F, ops, c, oracle=oracle, cheat=cheat),
-                  static_argnums=1)
-  t = prove(coins, False)
-  direct = gkr.evaluate(F, ops, oracles.cp_eval(F, cp, sumcheck.cube(m)))[-1]
-  assert int(t.output[0]) == int(direct[0])
-  corrupted = gkr.Oracle(oracles.corrupt(F, oracle.fn, 0.5), m, 2)
-  check = jax.jit(lambda t, c, bad: gkr.check(F, ops, t, c, oracle=corrupted if bad else oracle,
-                                               test_lines=4), static_argnums=2)
-  assert bool(check(t, coins, False)[0])
-  assert not bool(check(prove(coins, True), coins, False)[0])
-  assert not bool(check(t, coins, True)[0])
-  assert gkr.verifier_queries(oracle, 1) == 2 + m * 2 + 2
+
+  @jax.jit  # one program (the oracle's coefficients an argument) for the runs and checks
+  def runs(cp, c):
+    oracle = simulation.cp_oracle(F, cp)
+    corrupted = gkr.Oracle(oracles.corrupt(F, oracle.fn, 0.5), m, 2)
+    check = lambda t, o: gkr.check(F, ops, t, c, oracle=o, test_lines=4)[0]
+    t, lie = (gkr.prove(F, ops, c, oracle=oracle, cheat=cheat) for cheat in (False, True))
+    direct = gkr.evaluate(F, ops, oracles.cp_eval(F, cp, sumcheck.cube(m)))[-1]
+    return t.output, direct, check(t, oracle), check(lie, oracle), check(t, corrupted)
+
+  output, direct, honest, cheater, corrupted = runs(cp, coins)
+  assert int(output[0]) == int(direct[0])
+  assert bool(honest)
+  assert not bool(cheater)
+  assert not bool(corrupted)
+  assert gkr.verifier_queries(simulation.cp_oracle(F, cp), 1) == 2 + m * 2 + 2
 
 
 def test_cp_eval_and_line_test_against_brute_force():
   F, m, d = PrimeField(P), 3, 2
   cp = oracles.random_cp(F, jax.random.PRNGKey(0), m, d, 2)
   x = F.random(jax.random.PRNGKey(1), (4, m))
+  coeffs, factors = np.asarray(cp.coeffs), np.asarray(cp.factors)  # read on the host
   want = []
   for point in np.asarray(x):
     total = 0
     for r in range(2):
-      term = int(cp.coeffs[r])
+      term = int(coeffs[r])
       for j in range(m):
-        term = term * sum(int(cp.factors[r, j, k]) * pow(int(point[j]), k, P)
+        term = term * sum(int(factors[r, j, k]) * pow(int(point[j]), k, P)
                           for k in range(d + 1)) % P
       total = (total + term) % P
     want.append(total)
-  assert [int(v) for v in oracles.cp_eval(F, cp, x)] == want
-  fn = lambda pts: oracles.cp_eval(F, cp, pts)
-  key = jax.random.PRNGKey(2)
-  assert bool(oracles.line_test(F, fn, m, m * d, key, 5))
-  assert not bool(oracles.line_test(F, fn, m, m * d - 1, key, 5))  # degree too low for O
-  assert not bool(oracles.line_test(F, oracles.corrupt(F, fn, 0.2), m, m * d, key, 5))
+
+  @jax.jit  # one program (cp an argument): the values at x and the three line tests
+  def run(cp, x, key):
+    fn = lambda pts: oracles.cp_eval(F, cp, pts)
+    return (fn(x), oracles.line_test(F, fn, m, m * d, key, 5),
+            oracles.line_test(F, fn, m, m * d - 1, key, 5),  # degree too low for O
+            oracles.line_test(F, oracles.corrupt(F, fn, 0.2), m, m * d, key, 5))
+
+  values, passes, too_low, corrupted = run(cp, x, jax.random.PRNGKey(2))
+  assert [int(v) for v in values] == want
+  assert bool(passes)
+  assert not bool(too_low)
+  assert not bool(corrupted)
 
 
 @pytest.mark.parametrize("ops, n", [(("nand",), 4), (("add",) * 3, 4), (("add",), 6)])
