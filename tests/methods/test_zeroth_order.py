@@ -172,7 +172,7 @@ def _per_layer_reference(params, taps, key, rank, num_iters=2):
   return bases, jax.tree.unflatten(treedef, out)
 
 
-def test_grouped_agzo_matches_the_per_layer_loop(tiny_lm, rank=16):
+def test_grouped_agzo_matches_the_per_layer_loop(tiny_lm, rank=8):
   # The transformer's q/k/v (and gate/up) read the same taps, so activation_bases
   # shares their matmuls and draws each shape group's Omega and R in one vmapped
   # call; the bases and the direction must be those of one layer at a time.
@@ -189,9 +189,11 @@ def test_grouped_agzo_matches_the_per_layer_loop(tiny_lm, rank=16):
   bases, delta, (ref_bases, ref_delta) = run(params)
   assert set(bases) == set(ref_bases) and len(bases) == 8
   for path, a in bases.items():
-    # Equal up to float rounding (the shared matmuls sum in another order; at r = 16
-    # on 32 token rows the last columns are ill-conditioned, hence 1e-4).
-    np.testing.assert_allclose(a, ref_bases[path], atol=1e-4)
+    # Equal up to float rounding (the shared matmuls sum in another order). At r = 8 on
+    # 32 token rows every column is well conditioned (differences about 3e-7); at r = 16
+    # the last columns were not, and a change of the attention's float rounding moved
+    # them by 1.4e-4.
+    np.testing.assert_allclose(a, ref_bases[path], atol=1e-5)
     assert 0 < int(jnp.sum(jnp.any(a != 0, axis=0))) <= rank
   for got, want in zip(jax.tree.leaves(delta), jax.tree.leaves(ref_delta)):
     np.testing.assert_allclose(got, want, atol=1e-3)
