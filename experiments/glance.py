@@ -38,11 +38,6 @@ def _seed0(tree):
   return jax.tree.map(lambda x: x[0], tree)
 
 
-@jax.jit
-def _stack(trees):
-  return jax.tree.map(lambda *x: jnp.stack(x), *trees)
-
-
 @functools.partial(jax.jit, static_argnames=("env", "net", "obs_shape", "num_envs"))
 def _policy_and_envs(env, net, obs_shape, num_envs, key):
   """The start of one seed's run that every method shares: (the policy's parameters,
@@ -84,8 +79,9 @@ def run_method(env_name: str, method: str, config, workdir: str) -> dict:
   # the method and config only (they close over no array), so those of init's trace
   # serve the update.
   keys = jax.random.split(jax.random.PRNGKey(config.seed), config.seeds)
-  start = lambda: _stack([init(*_policy_and_envs(env, net, spec.obs_shape, pconf.num_envs,
-                                                 keys[i])) for i in range(config.seeds)])
+  start = lambda: ppo.stack_trees([
+      init(*_policy_and_envs(env, net, spec.obs_shape, pconf.num_envs, keys[i]))
+      for i in range(config.seeds)])
   jax.eval_shape(start)
   hooks = built["hooks"]
   update = ppo.make_update(env, apply_fn, pconf, optimizer, hooks)

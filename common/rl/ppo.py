@@ -333,7 +333,7 @@ def run_updates(update: Callable, state: RunnerState, num_updates: int,
   for _ in range(num_updates):
     state, m = _one_update(update, state)
     rows.append(m)
-  return state, _stack(rows)
+  return state, stack_trees(rows)
 
 
 @jax.jit
@@ -342,7 +342,9 @@ def _take(tree, i):
 
 
 @functools.partial(jax.jit, static_argnames=("axis",))
-def _stack(trees, axis: int = 0):
+def stack_trees(trees, axis: int = 0):
+  """Pytrees of equal structure stacked leaf by leaf on a new `axis` (e.g. per-seed
+  runner states into the batched state that `train(num_seeds=...)` runs)."""
   return jax.tree.map(lambda *x: jnp.stack(x, axis=axis), *trees)
 
 
@@ -360,8 +362,8 @@ def _seed_by_seed(update, state, num_updates: int, num_seeds: int):
       s, m = _one_update(update, s)
       ms.append(m)
     seeds.append(s)
-    rows.append(_stack(ms))
-  return _stack(seeds), _stack(rows, axis=1)
+    rows.append(stack_trees(ms))
+  return stack_trees(seeds), stack_trees(rows, axis=1)
 
 
 @functools.lru_cache(maxsize=None)
