@@ -2,9 +2,11 @@
 and the gradient-free path (zeroth-order estimators) and SGLD through the same loop.
 
 Every run here is the same small MLP regression with adam (or MeZO for the
-gradient-free runs), so they can be compared bit for bit. Run as a script (`python tests/common/test_train.py OUT.npz WORKDIR`),
-this file trains that run and saves its final parameters: the 8-device test does so
-in a subprocess with 8 fake CPU devices.
+gradient-free runs), so they can be compared: bit for bit where the same compiled
+program is replayed (a resume), to float32 summation order where the programs differ
+(K updates per call, 8 devices). Run as a script (`python tests/common/test_train.py
+OUT.npz WORKDIR`), this file trains that run and saves its final parameters: the
+8-device test does so in a subprocess with 8 fake CPU devices.
 """
 
 import os
@@ -90,10 +92,33 @@ def steps_on_disk(workdir):
 
 
 def assert_same_state(got, want):
+  """Bit for bit: for the same compiled program replayed (a resume, a rerun)."""
   assert int(got.step) == int(want.step)
   for a, b in zip(jax.tree.leaves((got.params, got.opt_state)),
                   jax.tree.leaves((want.params, want.opt_state))):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+# Runs through different compiled programs (K updates per call as a lax.scan against one
+# per call) agree up to the order of float32 sums: XLA:CPU vectorises a fused reduction
+# to the host's instruction set, and on some CPUs the two programs sum in different
+# orders (issue 52: the update norm moved by 6e-8 under --xla_cpu_max_isa=AVX).
+F32_RTOL = 1e-6
+
+
+def assert_close_state(got, want):
+  """Equal steps; every float leaf of the state within F32_RTOL (integers exactly)."""
+  assert int(got.step) == int(want.step)
+  chex.assert_trees_all_close(got, want, rtol=F32_RTOL, atol=0)
+
+
+def assert_close_history(got, want):
+  """The same logged steps and metric names; each value within F32_RTOL."""
+  assert [sorted(h) for h in got] == [sorted(h) for h in want]
+  for g, w in zip(got, want):
+    assert g["step"] == w["step"]
+    np.testing.assert_allclose([g[k] for k in sorted(g)], [w[k] for k in sorted(g)],
+                               rtol=F32_RTOL, atol=0, err_msg=f"step {g['step']}")
 
 
 @pytest.fixture(scope="module")
@@ -481,9 +506,9 @@ def test_eight_fake_devices_match_one_device(reference, zo_reference, tmp_path):
   assert got["losses"][-1] < 0.5 * got["losses"][0]
   for path, leaf in jax.tree_util.tree_leaves_with_path(want.state.params):
     np.testing.assert_allclose(got[jax.tree_util.keystr(path)], leaf, rtol=1e-5, atol=1e-6)
-    # 4 steps per call on the 8 devices: the 1-step run on them, exactly.
-    np.testing.assert_array_equal(got["k4" + jax.tree_util.keystr(path)],
-                                  got[jax.tree_util.keystr(path)])
+    # 4 steps per call on the 8 devices: the 1-step run on them, up to summation order.
+    np.testing.assert_allclose(got["k4" + jax.tree_util.keystr(path)],
+                               got[jax.tree_util.keystr(path)], rtol=F32_RTOL, atol=0)
   # The estimate divides loss differences by 2 eps, so summation order across the
   # shards shows up more than in the gradient run.
   for path, leaf in jax.tree_util.tree_leaves_with_path(zo_reference[0].state.params):
@@ -750,9 +775,13 @@ def test_k_steps_per_call_equal_one_step_per_call(one_step, tmp_path, monkeypatc
   assert calls == K_CALLS[k]
   assert len(traces) == len(set(calls))  # Compiled once per call length.
   assert [h["step"] for h in got.history] == [0, 10, 20, 22]
-  assert got.history == one_step.history  # The logged metrics, bit for bit.
-  assert metrics.read_metrics_jsonl(tmp_path) == one_step.history
-  assert_same_state(got.state, one_step.state)
+  assert metrics.read_metrics_jsonl(tmp_path) == got.history
+  if k == 1:  # The same compiled program: bit for bit.
+    assert got.history == one_step.history
+    assert_same_state(got.state, one_step.state)
+  else:  # A lax.scan of K updates: equal up to summation order.
+    assert_close_history(got.history, one_step.history)
+    assert_close_state(got.state, one_step.state)
   assert steps_on_disk(tmp_path) == ["16", "23", "8"]
   restored = checkpoint.restore(checkpoint.make_manager(tmp_path / "checkpoints", keep=3), 16,
                                 jax.eval_shape(lambda: got.state))
@@ -772,14 +801,14 @@ def test_compiler_options_reach_xla_and_resume_with_other_options(one_step, tmp_
   np.testing.assert_allclose(got.history[-1]["loss"], one_step.history[-1]["loss"], rtol=1e-5)
 
 
-def test_k_step_runs_resume_bitwise_after_an_extension_or_an_interrupt(one_step, tmp_path):
+def test_k_step_runs_resume_after_an_extension_or_an_interrupt(one_step, tmp_path):
   # Extended: 13 updates 4 per call, then on to 23 with 3 per call (K may change).
   first = run_k(tmp_path / "extended", 4, num_steps=13)
   assert steps_on_disk(tmp_path / "extended") == ["13", "8"]
   second = run_k(tmp_path / "extended", 3)
-  assert_same_state(second.state, one_step.state)
+  assert_close_state(second.state, one_step.state)
   logged = [h for h in first.history + second.history if h["step"] != 12]
-  assert logged == one_step.history  # Step 12 was the last of the 13-step run.
+  assert_close_history(logged, one_step.history)  # Step 12 ended the 13-step run.
 
   def interrupted(seed, step):
     if step == 13:
@@ -791,7 +820,8 @@ def test_k_step_runs_resume_bitwise_after_an_extension_or_an_interrupt(one_step,
   assert steps_on_disk(tmp_path / "killed") == ["11", "8"]  # 11 saved on exit.
   resumed = run_k(tmp_path / "killed", 4)
   assert [h["step"] for h in resumed.history] == [20, 22]
-  assert_same_state(resumed.state, one_step.state)
+  assert_same_state(resumed.state, run_k(tmp_path / "whole", 4).state)  # Same program.
+  assert_close_state(resumed.state, one_step.state)
 
 
 def test_k_step_nan_guard_names_the_first_bad_step_and_rolls_back(one_step, tmp_path):
@@ -803,7 +833,7 @@ def test_k_step_nan_guard_names_the_first_bad_step_and_rolls_back(one_step, tmp_
   assert steps_on_disk(tmp_path) == ["8"]  # 16 (after the NaN) was not saved.
   resumed = run_k(tmp_path, 4)  # Fixed data: the rerun resumes from the last good state.
   assert resumed.history[0]["step"] == 10
-  assert_same_state(resumed.state, one_step.state)
+  assert_close_state(resumed.state, one_step.state)  # K = 4 against K = 1.
   def nan_then_interrupt(seed, step):
     if step == 15:
       raise KeyboardInterrupt  # After the call [11, 15), before the guard is read at 16.
@@ -845,13 +875,13 @@ def test_k_step_nan_guard_catches_a_metric_inside_a_call(tmp_path):
 def test_k_step_gradient_free_and_carry_runs_equal_one_step_runs(tmp_path):
   zo_one = run_zo(tmp_path / "zo1", **k_config(1))
   zo_four = run_zo(tmp_path / "zo4", **k_config(4))
-  assert zo_four.history == zo_one.history
-  chex.assert_trees_all_equal(zo_four.state, zo_one.state)
+  assert_close_history(zo_four.history, zo_one.history)
+  assert_close_state(zo_four.state, zo_one.state)
   carry_one = run_carry(tmp_path / "carry1", **k_config(1))
   carry_four = run_carry(tmp_path / "carry4", **k_config(4))
   assert int(carry_four.state.carry.count) == K_STEPS
-  assert carry_four.history == carry_one.history
-  chex.assert_trees_all_equal(carry_four.state, carry_one.state)
+  assert_close_history(carry_four.history, carry_one.history)
+  assert_close_state(carry_four.state, carry_one.state)
 
 
 def test_k_steps_with_on_policy_is_a_one_line_error_before_any_work(tmp_path):
