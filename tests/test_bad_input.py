@@ -592,9 +592,9 @@ ROWS_RL = [
 
 # --- Text models: the HTTP client, spec strings, chat messages, the server's app.
 
-def _serve_lm_app(**kwargs):
-  from experiments import serve_lm  # pylint: disable=import-outside-toplevel
-  return serve_lm.make_app(object(), model_name="m", **kwargs)
+def _server_app(**kwargs):
+  from common.llm import server  # pylint: disable=import-outside-toplevel
+  return server.make_app(object(), model_name="m", **kwargs)
 
 
 _HTTP = llm.HTTPTextModel("http://127.0.0.1:9/v1", model="m")
@@ -619,9 +619,9 @@ ROWS_LLM = [
          r"text model spec 'simulated' is not recognised; expected one of http://"),
     Case("llm/check_messages_empty", lambda: llm.check_messages([]), ValueError,
          r"messages is empty"),
-    Case("serve_lm/unknown_chat_template", lambda: _serve_lm_app(chat_template="alpaca"),
+    Case("llm/server_unknown_chat_template", lambda: _server_app(chat_template="alpaca"),
          ValueError, r"unknown chat template 'alpaca'"),
-    Case("serve_lm/zero_batch_size", lambda: _serve_lm_app(batch_size=0), ValueError,
+    Case("llm/server_zero_batch_size", lambda: _server_app(batch_size=0), ValueError,
          r"batch_size must be an int >= 1, got 0"),
 ]
 

@@ -2,9 +2,11 @@
 
 `TextModel` is the protocol (`complete(prompts, max_tokens=, temperature=, stop=)`);
 `LocalTextModel` runs any checkpoint of the LM stack with the jitted cached sampler;
-`HTTPTextModel` reaches any OpenAI-compatible server (ours: `experiments/serve_lm.py`);
-`text_model_from_spec` picks one from a string ("http://...", "hf:/path");
-`format_chat` turns chat messages into one prompt string. See docs/llm.md.
+`HTTPTextModel` reaches any OpenAI-compatible server; `text_model_from_spec` picks one
+from a string ("http://...", "hf:/path"); `format_chat` turns chat messages into one
+prompt string. Our own server is `common.llm.server` (`make_app`, `serving`, ...; on the
+command line `python -m experiments.serve_lm`): import it as a submodule, since it is not
+re-exported here, so that `import common.llm` does not load fastapi. See docs/llm.md.
 """
 
 from common.llm.base import (CHAT_TEMPLATES, ChatMessage, TextModel, apply_stop,

@@ -1,12 +1,13 @@
 """`HTTPTextModel`: any OpenAI-compatible endpoint as a `TextModel`.
 
 One client reaches every server that speaks the OpenAI wire format: our own
-(`python -m experiments.serve_lm`), vLLM, llama.cpp's `llama-server`, Ollama. It posts
-to `{base_url}/completions` (all prompts in one request) or `{base_url}/chat/completions`
-(one request per prompt, a few at a time), with a timeout, bounded retries with
-exponential backoff (connection errors, timeouts, 429 and 5xx only; never other 4xx),
-and one-line `TextModelError`s that name the URL and carry the server's own message.
-The API key, if any, is read from an environment variable, never from a file.
+(`common.llm.server`; `python -m experiments.serve_lm`), vLLM, llama.cpp's
+`llama-server`, Ollama. It posts to `{base_url}/completions` (all prompts in one
+request) or `{base_url}/chat/completions` (one request per prompt, a few at a time),
+with a timeout, bounded retries with exponential backoff (connection errors, timeouts,
+429 and 5xx only; never other 4xx), and one-line `TextModelError`s that name the URL
+and carry the server's own message. The API key, if any, is read from an environment
+variable, never from a file.
 """
 
 from __future__ import annotations

@@ -56,11 +56,11 @@ import numpy as np
 from common import config as config_lib
 from common import lm as lm_lib
 from common import llm
+from common.llm import server as llm_server
 from common.data import text
 from common.data import tokenizers
 from common.models import hf
 from common.models import transformer
-from experiments import serve_lm
 from experiments.benchmarks import machine_line
 
 FLAGS = flags.FLAGS
@@ -221,8 +221,8 @@ def main(argv):
   print(f"model: {size / 1e6:.2f}M params ({weights}, preset {preset}); "
         f"{len(prompts)} requests of one prompt, <= {max_tokens} tokens, greedy; "
         f"batch size {batch_size}")
-  with serve_lm.serving(folder, batch_size=batch_size, model_name="bench",
-                        batch_wait_ms=FLAGS.batch_wait_ms) as url:
+  with llm_server.serving(folder, batch_size=batch_size, model_name="bench",
+                          batch_wait_ms=FLAGS.batch_wait_ms) as url:
     client = llm.HTTPTextModel(url, timeout=300.0, max_retries=0,
                                max_concurrency=concurrency)
     sides = _sides(direct, client, max_tokens, concurrency)

@@ -17,8 +17,8 @@ import socket
 import pytest
 
 from common import config as config_lib
+from common.llm import server as llm_server
 from experiments import automs as experiment
-from experiments import serve_lm
 from experiments.configs import automs as configs
 
 
@@ -83,7 +83,7 @@ def test_the_agents_against_our_server_over_loopback(tiny_hf_dir, tmp_path):
   cfg = json.loads((folder / "config.json").read_text())
   cfg["max_position_embeddings"] = 4096
   (folder / "config.json").write_text(json.dumps(cfg))
-  with serve_lm.serving(str(folder), batch_size=4) as url:
+  with llm_server.serving(str(folder), batch_size=4) as url:
     config = configs.get_config("tiny")
     with config.unlocked():
       config.text_model = url

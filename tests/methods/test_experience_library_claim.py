@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from common import config as config_lib
+from common.llm import server as llm_server
 from experiments import experience_library as experiment
-from experiments import serve_lm
 from experiments.configs import experience_library as configs
 
 
@@ -108,7 +108,7 @@ def test_paper_path_runs_on_jsonl_with_a_local_checkpoint(tiny_hf_dir, tmp_path)
 
 
 def test_two_tsgd_steps_against_our_server_over_loopback(tiny_hf_dir, tmp_path):
-  with serve_lm.serving(tiny_hf_dir, batch_size=4) as url:
+  with llm_server.serving(tiny_hf_dir, batch_size=4) as url:
     config = _paper_config(tmp_path, url)
     result = experiment.run(config, str(tmp_path / "run"))
   with open(tmp_path / "run" / "steps.jsonl") as f:

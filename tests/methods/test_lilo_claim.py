@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from common import config as config_lib
+from common.llm import server as llm_server
 from experiments import lilo as experiment
-from experiments import serve_lm
 from experiments.configs import lilo as configs
 
 
@@ -104,7 +104,7 @@ def test_two_lilo_iterations_against_our_server_over_loopback(tiny_hf_dir, tmp_p
   cfg = json.loads((folder / "config.json").read_text())
   cfg["max_position_embeddings"] = 8192
   (folder / "config.json").write_text(json.dumps(cfg))
-  with serve_lm.serving(str(folder), batch_size=8) as url:
+  with llm_server.serving(str(folder), batch_size=8) as url:
     config = _config(text_model=url, methods=("lilo", "llm_only"), iterations=2,
                      num_seeds=1)
     config.translator.max_tokens = 16
