@@ -1,4 +1,4 @@
-"""Tests of common/train.py: the loop, resuming, checkpoint safety, metrics, NaN guard,
+"""Tests of common/train (the package): the loop, resuming, checkpoint safety, metrics, NaN guard,
 and the gradient-free path (zeroth-order estimators) and SGLD through the same loop.
 
 Every run here is the same small MLP regression with adam (or MeZO for the
