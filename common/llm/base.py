@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 ROLES = ("system", "user", "assistant")
 
@@ -46,21 +46,34 @@ def _chatml(messages: Sequence[ChatMessage]) -> str:
 CHAT_TEMPLATES = {"plain": _plain, "chatml": _chatml}
 
 
-def format_chat(messages: Sequence[ChatMessage | tuple[str, str]], template: str = "plain"
+def format_chat(messages: Sequence[ChatMessage | tuple[str, str]], template: Any = "plain"
                 ) -> str:
   """Chat messages as one prompt, ending where the assistant's reply starts.
 
-  "plain": "System: ...\\nUser: ...\\nAssistant:" (for base models such as the shared
-  byte LM); "chatml": Qwen's "<|im_start|>role\\ncontent<|im_end|>" turns.
+  `template` is a name or a checkpoint's own template: "plain": "System: ...\\nUser:
+  ...\\nAssistant:" (for base models such as the shared byte LM); "chatml": Qwen's
+  "<|im_start|>role\\ncontent<|im_end|>" turns; a `ChatTemplate` (a checkpoint's
+  jinja2 template, `HFTokenizer.chat_template`): rendered as transformers'
+  `apply_chat_template(messages, add_generation_prompt=True)` renders it.
 
   Example:
     >>> format_chat([("user", "2 + 2?")])
     'User: 2 + 2?\\nAssistant:'
+    >>> format_chat([("user", "2 + 2?")], checkpoint.tokenizer.chat_template)
   """
-  if template not in CHAT_TEMPLATES:
+  if hasattr(template, "render"):
+    return template.render(check_messages(messages), add_generation_prompt=True)
+  if not isinstance(template, str) or template not in CHAT_TEMPLATES:
     raise ValueError(f"unknown chat template {template!r}; expected one of "
-                     f"{sorted(CHAT_TEMPLATES)}")
+                     f"{sorted(CHAT_TEMPLATES)} or a checkpoint's ChatTemplate")
   return CHAT_TEMPLATES[template](check_messages(messages))
+
+
+def chat_template_of(text_model: Any, default: str = "plain") -> Any:
+  """The chat template a text model's checkpoint carries (`tokenizer.chat_template`), or
+  `default` when it has none."""
+  template = getattr(getattr(text_model, "tokenizer", None), "chat_template", None)
+  return template if template is not None else default
 
 
 def check_messages(messages: Sequence[ChatMessage | tuple[str, str]]) -> list[ChatMessage]:

@@ -18,8 +18,10 @@ import jax
 import numpy as np
 
 from common.llm import base
+from common.models import gguf
 from common.models import hf
 from common.models import sampling
+from common.models import zoo
 from common.models.transformer import Transformer
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "</s>", "<|end_of_text|>", "<|eot_id|>")
@@ -34,15 +36,28 @@ def end_token_id(tokenizer: Any, path: str = "the tokenizer") -> int:
   raise ValueError(f"{path}: tokenizer.json has none of the end tokens {', '.join(END_TOKENS)}")
 
 
+def read_checkpoint(path: str | os.PathLike) -> hf.HFCheckpoint:
+  """The checkpoint `path` names: a model of `common.models.zoo.NAMED` ("smollm2"), a
+  .gguf file (`common.models.gguf.load_gguf`) or a local HF folder
+  (`hf.load_hf_checkpoint`)."""
+  path = os.fspath(path)
+  if path in zoo.NAMED:
+    return zoo.load_named(path)
+  if path.endswith(".gguf") or os.path.isfile(path):
+    return gguf.load_gguf(path)
+  return hf.load_hf_checkpoint(path)
+
+
 def load_checkpoint(path: str | os.PathLike) -> tuple[Transformer, Any, Any, int]:
-  """(model, params, tokenizer, end-token id) of a local HF Qwen/Llama folder.
+  """(model, params, tokenizer, end-token id) of a local HF Qwen/Llama folder, a .gguf
+  file or a named model ("smollm2"; `read_checkpoint`).
 
   Raises:
     FileNotFoundError: no tokenizer.json beside the weights (`load_hf_checkpoint`'s
-      errors for the weights and config).
+      and `load_gguf`'s errors for the weights and config).
   """
   path = os.fspath(path)
-  checkpoint = hf.load_hf_checkpoint(path)
+  checkpoint = read_checkpoint(path)
   if checkpoint.tokenizer is None:
     raise FileNotFoundError(f"{path}: no tokenizer.json beside the weights; a text model "
                             "needs the checkpoint's own tokenizer")
@@ -123,7 +138,8 @@ class LocalTextModel:
 
   @classmethod
   def from_checkpoint(cls, path: str | os.PathLike, **kwargs: Any) -> "LocalTextModel":
-    """A local HF Qwen/Llama folder (config.json, safetensors, tokenizer.json)."""
+    """A local HF Qwen/Llama folder (config.json, safetensors, tokenizer.json), a .gguf
+    file, or a named model ("smollm2"); see `read_checkpoint`."""
     model, params, tokenizer, eos = load_checkpoint(path)
     return cls(model, params, tokenizer, eos_id=eos, **{"pad_id": eos, **kwargs})
 

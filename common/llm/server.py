@@ -7,7 +7,8 @@ a simulated role, ...):
   GET  /health               {"status": "ok", "busy": ..., "queued": ..., counters}
   GET  /v1/models            the served model, with its context as max_model_len
   POST /v1/completions       prompt (str or list), max_tokens, temperature, stop, n=1
-  POST /v1/chat/completions  messages -> the chat template -> one prompt
+  POST /v1/chat/completions  messages -> the chat template -> one prompt (the
+                             checkpoint's own jinja2 template when it carries one)
 
 Responses have OpenAI's shape (id, object, created, model, choices, usage; token counts
 from the model's tokenizer). A malformed body is a 422, a bad request (a prompt plus
@@ -211,7 +212,7 @@ class _Server(NamedTuple):
   model_name: str
   context: int | None
   tokenizer: Any
-  chat_template: str
+  chat_template: Any            # a name of base.CHAT_TEMPLATES or a ChatTemplate
   max_tokens_limit: int | None
 
 
@@ -326,7 +327,7 @@ def _room(server: _Server, prompt: str) -> int:
 
 
 def make_app(text_model: base.TextModel, *, model_name: str, context: int | None = None,
-             tokenizer: Any = None, chat_template: str = "plain", batch_size: int = 16,
+             tokenizer: Any = None, chat_template: Any = None, batch_size: int = 16,
              batch_wait_s: float = 0.002, max_tokens_limit: int | None = None
              ) -> fastapi.FastAPI:
   """The OpenAI-compatible FastAPI app around `text_model`.
@@ -338,7 +339,9 @@ def make_app(text_model: base.TextModel, *, model_name: str, context: int | None
       `text_model.context` if it has one, else unchecked).
     tokenizer: counts tokens for the context check and `usage` (default:
       `text_model.tokenizer` if it has one, else UTF-8 bytes).
-    chat_template: "plain" or "chatml" (`common.llm.format_chat`).
+    chat_template: "plain", "chatml" or a `ChatTemplate` (`common.llm.format_chat`);
+      None (default): the checkpoint's own template when its tokenizer carries one
+      (`base.chat_template_of`), else "plain".
     batch_size: prompts per batched `complete` call.
     batch_wait_s: how long an idle worker waits for requests to batch with the first.
     max_tokens_limit: largest max_tokens a request may ask (None: the context).
@@ -351,9 +354,11 @@ def make_app(text_model: base.TextModel, *, model_name: str, context: int | None
     >>> api = make_app(lm, model_name="qwen3", chat_template="chatml")
     >>> uvicorn.run(api, host="127.0.0.1", port=8000)
   """
-  if chat_template not in base.CHAT_TEMPLATES:
+  if chat_template is None:
+    chat_template = base.chat_template_of(text_model)
+  if not hasattr(chat_template, "render") and chat_template not in base.CHAT_TEMPLATES:
     raise ValueError(f"unknown chat template {chat_template!r}; expected one of "
-                     f"{sorted(base.CHAT_TEMPLATES)}")
+                     f"{sorted(base.CHAT_TEMPLATES)} or a checkpoint's ChatTemplate")
   if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
     raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
   if context is None:

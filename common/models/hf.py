@@ -9,8 +9,10 @@ transposed. GPT-NeoX fuses q, k, v per head: query_key_value.weight is
 projections. Both use the half-split rotary convention that `apply_rope` implements,
 so no permutation is needed.
 
-`save_hf_checkpoint(path, params, config)` writes the inverse (config.json +
-model.safetensors), so models trained here open in `transformers`.
+`save_hf_checkpoint(path, params, config, tokenizer=)` writes the inverse (config.json +
+model.safetensors, and tokenizer.json + tokenizer_config.json with its chat template
+when a tokenizer is given), so models trained here, and GGUF files loaded by
+`common.models.gguf.load_gguf`, open in `transformers`.
 
 Example:
     >>> ckpt = load_hf_checkpoint("/models/Qwen3-0.6B")
@@ -459,13 +461,23 @@ def load_hf_checkpoint(path: str | os.PathLike) -> HFCheckpoint:
 
 
 def save_hf_checkpoint(path: str | os.PathLike, params: Any, config: TransformerConfig,
-                       model_type: str | None = None) -> str:
+                       model_type: str | None = None, tokenizer: Any = None) -> str:
   """Writes config.json and model.safetensors (float32) that `transformers` can open.
 
   model_type defaults to "gpt_neox" for the neox family, else "qwen3" with QK-norm,
-  "qwen2" with q/k/v-only biases, otherwise "llama". Files are written to temporary
-  names and renamed, so an interrupted save never leaves a half-written checkpoint.
+  "qwen2" with q/k/v-only biases, otherwise "llama". With `tokenizer` (an `HFTokenizer`,
+  e.g. a checkpoint's from `load_gguf`) the folder also gets tokenizer.json and
+  tokenizer_config.json (`HFTokenizer.save`), so it is complete. Files are written to
+  temporary names and renamed, so an interrupted save never leaves a half-written
+  checkpoint.
+
+  Example:
+    >>> ckpt = load_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")
+    >>> save_hf_checkpoint("/tmp/smollm2", ckpt.params, ckpt.config, tokenizer=ckpt.tokenizer)
   """
+  if tokenizer is not None and not hasattr(tokenizer, "save"):
+    raise ValueError(f"tokenizer={type(tokenizer).__name__} cannot be saved; expected an "
+                     "HFTokenizer (save_byte_tokenizer writes the byte LM's)")
   from safetensors.numpy import save_file
 
   if model_type is None:
@@ -487,4 +499,6 @@ def save_hf_checkpoint(path: str | os.PathLike, params: Any, config: Transformer
     json.dump(hf_config, f, indent=2)
   os.replace(weights + ".tmp", weights)
   os.replace(cfg + ".tmp", cfg)
+  if tokenizer is not None:
+    tokenizer.save(path)
   return path
