@@ -218,7 +218,10 @@ def _main(out_path: str, workdir: str) -> None:
 def measured(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("lm_sharding")
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  # After the caller's XLA_FLAGS, so that an ISA cap reaches the child too.
+  xla_flags = (f"{os.environ.get('XLA_FLAGS', '')} "
+               f"--xla_force_host_platform_device_count=8").strip()
+  env = dict(os.environ, XLA_FLAGS=xla_flags,
              JAX_PLATFORMS="cpu",
              PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
   out = tmp / "out.json"

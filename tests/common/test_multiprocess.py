@@ -85,7 +85,10 @@ def _free_port():
 
 def _launch(tmp_path, name, num_processes, devices, coordinator=""):
   """Starts `num_processes` copies of this script; returns [(Popen, out, log path)]."""
-  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+  # After the caller's XLA_FLAGS, so that an ISA cap reaches the child too.
+  xla_flags = (f"{os.environ.get('XLA_FLAGS', '')} "
+               f"--xla_force_host_platform_device_count={devices}").strip()
+  env = dict(os.environ, XLA_FLAGS=xla_flags,
              JAX_PLATFORMS="cpu",
              PYTHONPATH=os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
   procs = []

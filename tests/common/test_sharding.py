@@ -137,7 +137,10 @@ _EIGHT_DEVICES = textwrap.dedent("""
 
 
 def test_eight_fake_devices_split_the_batch():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  # After the caller's XLA_FLAGS, so that an ISA cap reaches the child too.
+  xla_flags = (f"{os.environ.get('XLA_FLAGS', '')} "
+               f"--xla_force_host_platform_device_count=8").strip()
+  env = dict(os.environ, XLA_FLAGS=xla_flags,
              JAX_PLATFORMS="cpu")
   proc = subprocess.run([sys.executable, "-c", _EIGHT_DEVICES], env=env,
                         capture_output=True, text=True, timeout=300)

@@ -494,7 +494,10 @@ def test_eight_fake_devices_match_one_device(reference, zo_reference, tmp_path):
   out = tmp_path / "params.npz"
   # The script imports this checkout's packages (not an installed copy's): the repo root first.
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  # After the caller's XLA_FLAGS, so that an ISA cap reaches the child too.
+  xla_flags = (f"{os.environ.get('XLA_FLAGS', '')} "
+               f"--xla_force_host_platform_device_count=8").strip()
+  env = dict(os.environ, XLA_FLAGS=xla_flags,
              JAX_PLATFORMS="cpu",
              PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
   proc = subprocess.run([sys.executable, os.path.abspath(__file__), str(out),

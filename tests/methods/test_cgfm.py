@@ -416,7 +416,10 @@ def test_loss_is_data_parallel_over_fake_devices(params, loss_batch, tmp_path):
       model=MODEL_KWARGS, key=np.asarray(key), params=jax.device_get(params),
       batch=jax.tree.map(np.asarray, loss_batch), loss=float(loss),
       grads=jax.device_get(grads))))
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+  # After the caller's XLA_FLAGS, so that an ISA cap reaches the child too.
+  xla_flags = (f"{os.environ.get('XLA_FLAGS', '')} "
+               f"--xla_force_host_platform_device_count=4").strip()
+  env = dict(os.environ, XLA_FLAGS=xla_flags,
              JAX_PLATFORMS="cpu")
   proc = subprocess.run([sys.executable, "-c", _DATA_PARALLEL, str(case)], env=env,
                         capture_output=True, text=True, timeout=300,
