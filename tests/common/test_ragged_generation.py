@@ -54,6 +54,13 @@ def apply(lm):
                                                            left_pad=left_pad))
 
 
+@jax.jit
+def _row_stats(logits, row):
+  """One row's next-token log-probs and entropies, compiled once per row length (for both
+  families) instead of dispatched op by op."""
+  return logprobs.next_token_logprobs(logits, row)[0], logprobs.token_entropy(logits[0, :-1])
+
+
 def _prompt(seed=1):
   """(3, T0) prompts whose padding slots hold junk ids (they must be ignored)."""
   return jax.random.randint(jax.random.PRNGKey(seed), (3, T0), 0, V)
@@ -157,11 +164,9 @@ def test_sampled_logprobs_equal_a_full_forward_pass(lm, apply):
   np.testing.assert_array_equal(stats.mask, np.arange(T0 + N - 1)[None] >= g.left_pad[:, None])
   for b, pad in enumerate(np.asarray(g.left_pad)):
     row = g.tokens[b:b + 1, pad:]
-    logits = apply(row)
-    np.testing.assert_allclose(stats.logprobs[b, pad:],
-                               logprobs.next_token_logprobs(logits, row)[0], atol=1e-5)
-    np.testing.assert_allclose(stats.entropies[b, pad:],
-                               logprobs.token_entropy(logits[0, :-1]), atol=1e-5)
+    row_logprobs, row_entropies = _row_stats(apply(row), row)
+    np.testing.assert_allclose(stats.logprobs[b, pad:], row_logprobs, atol=1e-5)
+    np.testing.assert_allclose(stats.entropies[b, pad:], row_entropies, atol=1e-5)
     np.testing.assert_array_equal(stats.logprobs[b, :pad], 0.0)
 
 

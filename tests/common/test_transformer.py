@@ -1,6 +1,7 @@
 """The decoder-only transformer: both families, the KV cache, taps, swappable attention,
 rotary embeddings, log-prob helpers and sampling."""
 
+import functools
 import math
 
 import jax
@@ -33,10 +34,21 @@ def lm(request):
   return model, params
 
 
+@functools.cache
 def _jit_apply(model):
   """`model.apply` compiled as one program per input shape (op-by-op dispatch compiles a
-  program per operation and shape, which costs several times more for these tiny models)."""
+  program per operation and shape, which costs several times more for these tiny models).
+
+  One jitted function per model for the whole file (modules hash and compare by their
+  fields), so tests that call the same model on the same shapes share its programs
+  instead of tracing and compiling them again."""
   return jax.jit(model.apply)
+
+
+# dot_product_attention and apply_rope as one compiled program per input shape, not op
+# by op.
+_attention = jax.jit(tfm.dot_product_attention, static_argnames="layer")
+_rope = jax.jit(tfm.apply_rope, static_argnames="config")
 
 
 def _tokens(b=2, t=12, seed=1):
@@ -46,7 +58,7 @@ def _tokens(b=2, t=12, seed=1):
 @pytest.mark.parametrize("chunks", [(12,), (5, 1, 1, 1, 1, 3), (1,) * 12])
 def test_cached_decoding_equals_full_recomputation(lm, chunks):
   model, params = lm
-  apply = jax.jit(model.apply)  # one compile per chunk size instead of op-by-op dispatch
+  apply = _jit_apply(model)  # one compile per chunk size instead of op-by-op dispatch
   tokens = _tokens()
   full = apply({"params": params}, tokens)
   cache = tfm.init_cache(model.config, 2, 16)
@@ -74,8 +86,8 @@ def test_rope_scores_depend_only_on_relative_position():
   config = CONFIGS["llama"]
   q = jax.random.normal(jax.random.PRNGKey(0), (1, 1, 1, config.dim_per_head))
   k = jax.random.normal(jax.random.PRNGKey(1), (1, 1, 1, config.dim_per_head))
-  score = lambda m, n: float(jnp.sum(tfm.apply_rope(q, jnp.array([m]), config)
-                                     * tfm.apply_rope(k, jnp.array([n]), config)))
+  score = lambda m, n: float(jnp.sum(_rope(q, jnp.array([m]), config)
+                                     * _rope(k, jnp.array([n]), config)))
   assert score(3, 1) == pytest.approx(score(10, 8), rel=1e-4, abs=1e-5)
   assert score(0, 0) == pytest.approx(float(jnp.sum(q * k)), rel=1e-5)
   assert score(5, 0) != pytest.approx(score(0, 0), rel=1e-3)
@@ -84,7 +96,7 @@ def test_rope_scores_depend_only_on_relative_position():
 def test_partial_rotary_leaves_the_rest_untouched():
   config = CONFIGS["neox"]
   x = jax.random.normal(jax.random.PRNGKey(0), (1, 3, 2, config.dim_per_head))
-  y = tfm.apply_rope(x, jnp.arange(3), config)
+  y = _rope(x, jnp.arange(3), config)
   r = config.rotary_dim
   assert r == config.dim_per_head // 4
   np.testing.assert_array_equal(y[..., r:], x[..., r:])
@@ -192,14 +204,19 @@ def test_logprob_helpers_against_numpy():
   z = np.asarray(logits, np.float64)
   logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
   want = np.take_along_axis(logp[:, :-1], np.asarray(tokens)[:, 1:, None], -1)[..., 0]
-  np.testing.assert_allclose(logprobs.next_token_logprobs(logits, tokens), want, rtol=1e-5)
   mask = jnp.array([[1, 1, 0, 0], [0, 1, 1, 1]])
-  np.testing.assert_allclose(logprobs.sequence_logprob(logits, tokens, mask),
-                             (want * np.asarray(mask)).sum(-1), rtol=1e-5)
-  np.testing.assert_allclose(logprobs.next_token_loss(logits, tokens, mask),
-                             -(want * np.asarray(mask)).sum() / 5, rtol=1e-5)
-  np.testing.assert_allclose(logprobs.token_entropy(logits), -(np.exp(logp) * logp).sum(-1),
-                             rtol=1e-5)
+
+  @jax.jit  # the four helpers as one compiled program, not op by op
+  def helpers(logits, tokens, mask):
+    return (logprobs.next_token_logprobs(logits, tokens),
+            logprobs.sequence_logprob(logits, tokens, mask),
+            logprobs.next_token_loss(logits, tokens, mask), logprobs.token_entropy(logits))
+
+  next_lp, seq_lp, loss, entropy = helpers(logits, tokens, mask)
+  np.testing.assert_allclose(next_lp, want, rtol=1e-5)
+  np.testing.assert_allclose(seq_lp, (want * np.asarray(mask)).sum(-1), rtol=1e-5)
+  np.testing.assert_allclose(loss, -(want * np.asarray(mask)).sum() / 5, rtol=1e-5)
+  np.testing.assert_allclose(entropy, -(np.exp(logp) * logp).sum(-1), rtol=1e-5)
   assert float(logprobs.token_entropy(jnp.zeros(V))) == pytest.approx(math.log(V), rel=1e-6)
   assert float(logprobs.nats_to_bits(math.log(8))) == pytest.approx(3.0)
 
@@ -216,7 +233,7 @@ def test_top_p_keeps_the_smallest_nucleus():
 def test_sampling_frequencies_follow_the_nucleus():
   logits = jnp.log(jnp.array([0.1, 0.5, 0.25, 0.15]))
   keys = jax.random.split(jax.random.PRNGKey(0), 20000)
-  draws = jax.vmap(lambda k: sampling.sample_token(logits, k, 1.0, 0.8))(keys)
+  draws = jax.jit(jax.vmap(lambda k: sampling.sample_token(logits, k, 1.0, 0.8)))(keys)
   freq = np.bincount(np.asarray(draws), minlength=4) / len(draws)
   want = np.array([0.0, 0.5, 0.25, 0.15]) / 0.9
   np.testing.assert_allclose(freq, want, atol=0.015)  # ~4 standard errors
@@ -225,15 +242,17 @@ def test_sampling_frequencies_follow_the_nucleus():
 def test_greedy_generation_matches_full_recomputation(lm):
   model, params = lm
   prompt = _tokens(2, 4)
-  out = sampling.generate(model, params, prompt, jax.random.PRNGKey(0), max_new_tokens=6,
+  # 4 + 8 = 12 tokens: the (2, 12) shape the other tests apply the model to, so the full
+  # recomputation below and the greedy generate (shared with the test after) are compiled once.
+  out = sampling.generate(model, params, prompt, jax.random.PRNGKey(0), max_new_tokens=8,
                           temperature=0.0)
-  assert out.shape == (2, 10)
+  assert out.shape == (2, 12)
   np.testing.assert_array_equal(out[:, :4], prompt)
   full = _jit_apply(model)({"params": params}, out)
   np.testing.assert_array_equal(jnp.argmax(full[:, 3:-1], -1), out[:, 4:])
-  sampled = sampling.generate(model, params, prompt, jax.random.PRNGKey(0), max_new_tokens=6,
+  sampled = sampling.generate(model, params, prompt, jax.random.PRNGKey(0), max_new_tokens=8,
                               temperature=1.0, top_p=0.9)
-  assert sampled.shape == (2, 10) and int(sampled.max()) < V
+  assert sampled.shape == (2, 12) and int(sampled.max()) < V
 
 
 def test_attention_state_is_threaded_through_the_cache(lm):
@@ -251,10 +270,11 @@ def test_attention_state_is_threaded_through_the_cache(lm):
   cache = cache._replace(state=tuple(jnp.zeros((), jnp.int32)
                                      for _ in range(model.config.num_layers)))
   tokens = _tokens()
+  # max_new_tokens=8, as in the greedy test above: the plain generate is the same program.
   out = sampling.generate(counting, params, tokens[:, :4], jax.random.PRNGKey(0),
-                          max_new_tokens=3, temperature=0.0, cache=cache)
+                          max_new_tokens=8, temperature=0.0, cache=cache)
   plain = sampling.generate(model, params, tokens[:, :4], jax.random.PRNGKey(0),
-                            max_new_tokens=3, temperature=0.0)
+                            max_new_tokens=8, temperature=0.0)
   np.testing.assert_array_equal(out, plain)
   apply = _jit_apply(counting)
   _, cache = apply({"params": params}, tokens[:, :5], cache)
@@ -279,13 +299,15 @@ def test_out_of_vocabulary_ids_are_an_error_not_nan_logits(lm):
   with pytest.raises(TypeError, match="tokens.*integer.*float32"):
     model.apply({"params": params}, jnp.zeros((2, 3)))
   # Under jit the ids are tracers: nothing is checked and nothing is added to the program.
-  assert np.isfinite(np.asarray(jax.jit(model.apply)({"params": params}, _tokens()))).all()
+  assert np.isfinite(np.asarray(_jit_apply(model)({"params": params}, _tokens()))).all()
 
 
 def test_cache_overflow_and_bad_generate_arguments_are_errors(lm):
   model, params = lm
   cache = tfm.init_cache(model.config, 2, 8)
-  _, cache = model.apply({"params": params}, _tokens(t=6), cache)
+  # Filled by the compiled apply (its output length is concrete, as an eager call's is);
+  # the calls that must raise stay eager, where the cache's length is checked.
+  _, cache = _jit_apply(model)({"params": params}, _tokens(t=6), cache)
   # dynamic_update_slice would clamp the write and silently overwrite positions 2..5.
   with pytest.raises(ValueError, match=r"cache.*6 \+ 4 = 10.*8"):
     model.apply({"params": params}, _tokens(t=4), cache)
@@ -351,9 +373,9 @@ def test_single_query_attention_equals_the_batched_path(ragged):
   q = jnp.asarray(rng.standard_normal((3, 2, 8, 16)), jnp.float32)
   k, v = (jnp.asarray(rng.standard_normal((3, 20, 4, 16)), jnp.float32) for _ in range(2))
   kwargs = {"kv_start": jnp.array([0, 3, 5])} if ragged else {}
-  both = tfm.dot_product_attention(q, k, v, q_positions=jnp.array([11, 12]), kv_length=13,
-                                   layer=0, **kwargs)
-  one = tfm.dot_product_attention(q[:, 1:], k, v, q_positions=jnp.array([12]), kv_length=13,
-                                  layer=0, **kwargs)
+  both = _attention(q, k, v, q_positions=jnp.array([11, 12]), kv_length=13, layer=0,
+                    **kwargs)
+  one = _attention(q[:, 1:], k, v, q_positions=jnp.array([12]), kv_length=13, layer=0,
+                   **kwargs)
   assert one.shape == (3, 1, 8, 16)
   np.testing.assert_allclose(one, both[:, 1:], rtol=1e-5, atol=1e-5)
