@@ -187,15 +187,15 @@ class HFTokenizer:
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "tokenizer.json")
     config = os.path.join(folder, "tokenizer_config.json")
+    from common import trials  # pylint: disable=g-import-not-at-top
+
     self._tok.save(path + ".tmp")
     body = {"tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": self.add_bos,
             **self.special_tokens}
     if self.chat_template is not None:
       body["chat_template"] = self.chat_template.source
-    with open(config + ".tmp", "w", encoding="utf-8") as f:
-      json.dump(body, f, indent=2, ensure_ascii=False)
     os.replace(path + ".tmp", path)
-    os.replace(config + ".tmp", config)
+    trials.atomic_write_bytes(config, json.dumps(body, indent=2, ensure_ascii=False).encode())
     return path
 
 
