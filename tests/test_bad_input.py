@@ -63,6 +63,14 @@ from methods.zeroth_order import recipes as zo_recipes
 from methods.zeroth_order import task as zo_task
 
 
+# Folders the cases write to, removed when the worker exits (not left in /tmp).
+_SCRATCH = tempfile.TemporaryDirectory(prefix="bad_input_")
+
+
+def _scratch(prefix: str = "") -> str:
+  return tempfile.mkdtemp(prefix=prefix, dir=_SCRATCH.name)
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
   name: str                    # the test id: <module>/<what is wrong>
@@ -90,7 +98,7 @@ def _runs_train(workdir=None, optimizer=None, mesh=None, mesh_sizes=None, **over
       loss_fn=lambda params, batch, key: (jnp.sum(params["w"] ** 2), {}),
       batch_fn=lambda seed, step: {"x": np.zeros((4, 3), np.float32)},
       optimizer=optax.sgd(0.1) if optimizer is None else optimizer, config=config,
-      workdir=tempfile.mkdtemp() if workdir is None else workdir, mesh=mesh)
+      workdir=_scratch() if workdir is None else workdir, mesh=mesh)
 
 
 def _runs_experiment(workdir):
@@ -116,17 +124,17 @@ ROWS_RUNS = [
     Case("runs/train_mesh_not_a_mesh", lambda: _runs_train(mesh="data"),
          TypeError, r"mesh must be a jax.sharding.Mesh or None, got str"),
     Case("runs/checkpoint_float_step", lambda: checkpoint_lib.save(
-        checkpoint_lib.make_manager(tempfile.mkdtemp(), keep=1), 3.5, {"w": jnp.zeros(2)}),
+        checkpoint_lib.make_manager(_scratch(), keep=1), 3.5, {"w": jnp.zeros(2)}),
          ValueError, r"checkpoint step must be an int >= 0, got 3.5"),
     Case("runs/checkpoint_keep_zero", lambda: checkpoint_lib.make_manager(
-        tempfile.mkdtemp(), keep=0), ValueError, r"keep must be an int >= 1, got 0"),
+        _scratch(), keep=0), ValueError, r"keep must be an int >= 1, got 0"),
     Case("runs/fingerprint_exclude_is_a_string", lambda: trials_lib.config_fingerprint(
         {"n": 1, "ns": 2}, exclude="ns"), TypeError, r"exclude must be a sequence of key names"),
     Case("runs/trial_log_fingerprint_not_a_str", lambda: trials_lib.TrialLog(
-        os.path.join(tempfile.mkdtemp(), "t.jsonl"), {"lr": 0.1}),
+        os.path.join(_scratch(), "t.jsonl"), {"lr": 0.1}),
          TypeError, r"fingerprint must be a str .*got dict"),
     Case("runs/cached_stage_fingerprint_not_a_str", lambda: trials_lib.cached_stage(
-        tempfile.mkdtemp(), "s", 123, lambda: 1), TypeError, r"fingerprint must be a str"),
+        _scratch(), "s", 123, lambda: 1), TypeError, r"fingerprint must be a str"),
     Case("runs/stage_kind_unknown", lambda: trials_lib.stage_path("/tmp", "s", kind="pkl"),
          ValueError, r"stage kind must be 'json' or 'npz', got 'pkl'"),
     Case("runs/train_mesh_size_zero", lambda: train_lib.validate_train_config(
@@ -169,7 +177,7 @@ def _hf_folder(config=_LLAMA, weights=None, extra=()):
   (raw bytes) and extra files {name: bytes}; the weights need not match the config,
   the checks under test fire before they are read."""
   from safetensors.numpy import save as save_bytes
-  folder = tempfile.mkdtemp(prefix="bad_hf_")
+  folder = _scratch(prefix="bad_hf_")
   with open(os.path.join(folder, "config.json"), "w") as f:
     f.write(config if isinstance(config, str) else json.dumps(config))
   if weights is None:
@@ -193,7 +201,7 @@ def _truncated_weights():
 
 
 def _npz(**arrays):
-  path = os.path.join(tempfile.mkdtemp(prefix="bad_npz_"), "flow.npz")
+  path = os.path.join(_scratch(prefix="bad_npz_"), "flow.npz")
   base = dict(pos=np.zeros((4, 2)), triangles=np.array([[0, 1, 2]]),
               states=np.zeros((3, 4, 3)), cond=np.zeros(3))
   np.savez(path, **{**base, **arrays})
@@ -555,7 +563,7 @@ def _rl_carry_train(carry, batch_fn=None):
       init_fn=lambda key: {"w": jnp.zeros(3)},
       loss_fn=lambda params, batch, key: (jnp.sum(params["w"] ** 2), {}),
       batch_fn=batch_fn or (lambda seed, step, c: ({"x": np.zeros((4, 3))}, c)),
-      optimizer=optax.sgd(0.1), config=config, workdir=tempfile.mkdtemp(), carry=carry)
+      optimizer=optax.sgd(0.1), config=config, workdir=_scratch(), carry=carry)
 
 ROWS_RL = [
     Case("grpo/group_size_one", lambda: rl.GRPOConfig(group_size=1), ValueError,
@@ -800,7 +808,7 @@ def _fgr_corrupt(images=None, name="gaussian_noise", severity=1):
 def _fgr_cifar_c(tmp_shape=None):
   """A CIFAR-C folder with one corruption file of shape `tmp_shape` (None: no file)."""
   from common.data import cifar
-  root = tempfile.mkdtemp(prefix="cifar_c_")
+  root = _scratch(prefix="cifar_c_")
   np.save(os.path.join(root, "labels.npy"), np.zeros(10, np.uint8))
   if tmp_shape is not None:
     np.save(os.path.join(root, "fog.npy"), np.zeros(tmp_shape, np.uint8))
@@ -952,7 +960,7 @@ def _lerobot_mismatch():
   import pyarrow as pa  # pylint: disable=import-outside-toplevel
   import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
   from common.data import lerobot  # pylint: disable=import-outside-toplevel
-  path = os.path.join(tempfile.mkdtemp(), "ds")
+  path = os.path.join(_scratch(), "ds")
   episode = {"observation.state": np.zeros((4, 3), np.float32),
              "action": np.zeros((4, 2), np.float32)}
   lerobot.write_lerobot(path, [episode] * 3)
@@ -993,7 +1001,7 @@ def _tables():
 
 
 def _csv(text: str) -> str:
-  path = os.path.join(tempfile.mkdtemp(), "table.csv")
+  path = os.path.join(_scratch(), "table.csv")
   with open(path, "w") as f:
     f.write(text)
   return path
@@ -1041,7 +1049,7 @@ def _token_fusion():
 
 def _fusion_folder_with_notes() -> str:
   from common.data import fusion_images  # pylint: disable=import-outside-toplevel
-  root = tempfile.mkdtemp()
+  root = _scratch()
   image = np.zeros((1, 8, 8), np.float32)
   fusion_images.write_fusion_folder(root, image, image, ["00001"])
   with open(os.path.join(root, "vi", "notes.txt"), "w") as f:

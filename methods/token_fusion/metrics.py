@@ -384,10 +384,11 @@ def _vifp_mscale(ref: Array, dist: Array) -> Array:
     ref, dist = images
     products = jnp.stack([ref * ref, dist * dist, ref * dist])
     moments = _separable_valid(jnp.concatenate([images, products]), taps)
-    mu1, mu2, ref_sq, dist_sq, cross = moments
-    sigma1_sq = jnp.maximum(ref_sq - mu1 * mu1, 0)
-    sigma2_sq = jnp.maximum(dist_sq - mu2 * mu2, 0)
-    sigma12 = cross - mu1 * mu2
+    mu1, mu2 = moments[0], moments[1]
+    # One op for the three (co)variances: for dist == ref they round alike in any
+    # compiled program, so VIFP(R, R) is 1 exactly.
+    sigma1_sq, sigma2_sq, sigma12 = moments[2:] - jnp.stack([mu1 * mu1, mu2 * mu2, mu1 * mu2])
+    sigma1_sq, sigma2_sq = jnp.maximum(sigma1_sq, 0), jnp.maximum(sigma2_sq, 0)
     # The evaluator's masks, in its order.
     g = sigma12 / (sigma1_sq + _VIF_EPS)
     sv_sq = sigma2_sq - g * sigma12
