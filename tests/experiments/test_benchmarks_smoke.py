@@ -25,8 +25,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 NAMES = sorted(m.name for m in pkgutil.iter_modules(benchmarks.__path__)
                if not m.name.startswith("_"))
 TIMEOUT_S = 120
-# Compile-time flags of the smoke runs (see test_benchmark_runs_tiny).
-TINY_XLA_FLAGS = "--xla_backend_optimization_level=0"
 
 
 def _source(name: str) -> ast.Module:
@@ -83,11 +81,8 @@ def test_benchmark_runs_tiny(name):
       pytest.skip(f"peer {peer} not installed (pip install -e '.[bench]')")
   # One torch thread: beside the suite's other worker a 2-thread pool stalls on a
   # 2-core machine (docs/benchmarks.md); benchmarks that set torch's threads themselves
-  # use 1 under --tiny. XLA:CPU's LLVM backend at optimisation level 0: compiling is
-  # most of a tiny run, and this cuts it by a third to a half; the same programs run
-  # and every check of the benchmark applies as before.
-  env = dict(os.environ, JAX_PLATFORMS="cpu", OMP_NUM_THREADS="1",
-             XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {TINY_XLA_FLAGS}".strip())
+  # use 1 under --tiny. XLA_FLAGS, with the suite's -O0 (tests/conftest.py), is inherited.
+  env = dict(os.environ, JAX_PLATFORMS="cpu", OMP_NUM_THREADS="1")
   proc = subprocess.run([sys.executable, "-m", f"experiments.benchmarks.{name}", "--tiny"],
                         cwd=REPO, env=env, capture_output=True, text=True,
                         timeout=TIMEOUT_S, check=False)

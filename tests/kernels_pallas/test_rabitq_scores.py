@@ -3,11 +3,10 @@ integer bit-plane inner product bit-exactly, the float scores to float rounding.
 
 Test time is compilation: one set of inputs (2 rows x 96 keys x 64 dims: two words per
 key, several key tiles per row) is built once, from numpy draws, and each check runs
-kernel and reference in one jitted function compiled with LLVM at -O0 (`_jit`: the
-same computation, about half the compile time).
+kernel and reference in one jitted function (compiled at the suite's -O0,
+tests/conftest.py).
 """
 
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +16,6 @@ import pytest
 from kernels_pallas import rabitq_scores as rs
 from methods import rabitq_attention as ra
 
-_jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
 R, N, D, Q = 2, 96, 64, 3
 
 
@@ -29,7 +27,7 @@ def codes_and_args():
   q = rng.standard_normal((R, Q, D)).astype(np.float32)
   bias = np.arange(R * Q, dtype=np.float32).reshape(R, Q)
 
-  @_jit
+  @jax.jit
   def build(k, q, key):
     rot_key, round_key = jax.random.split(key)
     rot = ra.random_rotation(rot_key, D)
@@ -47,7 +45,7 @@ def codes_and_args():
 def test_kernel_integer_dot_is_bit_exact(codes_and_args, block_n):
   codes, code, args = codes_and_args
   blocks = rs.RaBitQScoresBlocks(block_n=block_n)
-  got, ref = _jit(lambda *a: (rs.rabitq_scores(*a, raw=True, blocks=blocks, interpret=True),
+  got, ref = jax.jit(lambda *a: (rs.rabitq_scores(*a, raw=True, blocks=blocks, interpret=True),
                               rs.rabitq_scores_reference(*a, raw=True)))(*args)
   # Independent integer reference: unpacked bits times the 4-bit integers.
   bits = np.asarray(ra.unpack_bits(np.asarray(codes.words), D), np.int64)      # (R, N, D)
@@ -61,7 +59,7 @@ def test_kernel_scores_match_reference_and_estimator(codes_and_args):
   codes, code, args = codes_and_args
   bias = args[4][..., 3]
 
-  @_jit
+  @jax.jit
   def scores(codes, code, bias, *args):
     got = rs.rabitq_scores(*args, interpret=True, blocks=rs.RaBitQScoresBlocks(block_n=16))
     # Same numbers as the estimator written from the equation.
@@ -90,7 +88,7 @@ def test_bitplane_dot_and_inner_product_are_the_estimator_arithmetic():
   q_u = rng.integers(0, 16, (3, 64), dtype=np.int32)
   delta, v_l = np.array([[0.3], [0.1], [1.0]]), np.array([[-1.0], [0.5], [0.0]])
 
-  @_jit
+  @jax.jit
   def pieces(bits, q_u):
     planes = jnp.stack([ra.pack_bits(((q_u >> j) & 1).astype(bool)) for j in range(4)], -2)
     dot = rs.bitplane_dot(ra.pack_bits(bits), planes)                 # (3, 20)

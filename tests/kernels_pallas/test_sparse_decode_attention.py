@@ -3,11 +3,10 @@ and with every token selected against the model's dense attention.
 
 Inputs are numpy draws of one shape (8 rows x 96 tokens x 32 dims: with the default
 blocks one row block and three key blocks, with (4, 32) two row blocks), and each check
-runs kernel and reference in one jitted function compiled with LLVM at -O0 (`_jit`:
-the same computation, about half the compile time).
+runs kernel and reference in one jitted function (compiled at the suite's -O0,
+tests/conftest.py).
 """
 
-import functools
 
 import jax
 import numpy as np
@@ -16,7 +15,6 @@ import pytest
 from common.models import transformer
 from kernels_pallas import sparse_decode_attention as sd
 
-_jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
 R, K, D = 8, 96, 32
 
 
@@ -32,7 +30,7 @@ def _inputs(p=0.4, seed=0):
 def test_kernel_matches_reference(blocks):
   q, k, v, mask = _inputs()
   mask[3] = False                                # a row with nothing selected -> zeros
-  got, want = _jit(lambda *a: (sd.sparse_decode_attention(*a, blocks=blocks, interpret=True),
+  got, want = jax.jit(lambda *a: (sd.sparse_decode_attention(*a, blocks=blocks, interpret=True),
                                sd.sparse_decode_attention_reference(*a)))(q, k, v, mask)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(np.asarray(got[3]), 0.0)
@@ -50,7 +48,7 @@ def test_all_selected_equals_full_attention():
   vg = np.repeat(np.swapaxes(v, 1, 2), g, axis=1).reshape(b * h, K, D)
   mask = np.ones((b * h, K), bool)
 
-  @_jit
+  @jax.jit
   def outputs(q, k, v, kg, vg):
     full = transformer.dot_product_attention(q, k, v, q_positions=np.array([K - 1]),
                                              kv_length=np.int32(K), layer=0)

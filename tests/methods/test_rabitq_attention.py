@@ -4,8 +4,8 @@ analysis helpers (masks, recall curves, recorded queries, teacher-forced decodin
 sparse decoding inside the Transformer.
 
 Test time is XLA compilation, so: inputs are numpy draws (no per-shape compiles of
-`jax.random`); each test runs its JAX code as one jitted function, compiled with
-LLVM at -O0 (`_jit`: the same computation, about half the compile time), and checks
+`jax.random`); each test runs its JAX code as one jitted function (compiled at the
+suite's -O0, tests/conftest.py), and checks
 the results in numpy; the two statistical estimator tests share one `estimator_trials`
 call per head width; the small model's weights are numpy draws, and one prefill
 serves both decoding paths (jnp and Pallas).
@@ -25,7 +25,6 @@ from methods import rabitq_attention as ra
 from methods.rabitq_attention import baselines
 
 
-_jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
 
 
 def _normal(seed, shape):
@@ -41,7 +40,7 @@ def test_pack_unpack_round_trip_and_bit_order():
   bits = np.random.default_rng(0).random((3, 5, 96)) < 0.5
   one = np.zeros((64,), bool)
   one[33] = True
-  packed = _jit(lambda b, o: (ra.pack_bits(b), ra.unpack_bits(ra.pack_bits(b)), ra.pack_bits(o)))
+  packed = jax.jit(lambda b, o: (ra.pack_bits(b), ra.unpack_bits(ra.pack_bits(b)), ra.pack_bits(o)))
   words, back, one_words = packed(bits, one)
   assert words.shape == (3, 5, 3) and words.dtype == jnp.uint32
   np.testing.assert_array_equal(back, bits)
@@ -55,7 +54,7 @@ def test_bit_plane_inner_product_equals_integer_dot():
   bits = rng.random((7, 50, 128)) < 0.5
   q_u = rng.integers(0, 16, (7, 128), dtype=np.int32)
 
-  @_jit
+  @jax.jit
   def products(bits, q_u, q):
     got = ra.binary_int4_dot(ra.pack_bits(bits), _planes(q_u))
     code = ra.quantize_query(q, randomized=False)
@@ -76,7 +75,7 @@ def test_rotation_is_orthogonal_and_key_codes_are_consistent():
   d = 64
   k = _normal(3, (10, d)) + 3.0
 
-  @_jit
+  @jax.jit
   def codes_of(key, k):
     p = ra.random_rotation(key, d)
     codes = ra.quantize_keys(k, p, jnp.mean(k, axis=0), jnp.ones((d,)))
@@ -97,7 +96,7 @@ def test_narrow_heads_are_zero_padded_to_32_bits():
   """A 16-wide head is coded as its zero-padding to 32: same codes, same estimates."""
   k, q = _normal(6, (9, 16)), _normal(7, (16,))
 
-  @_jit
+  @jax.jit
   def narrow_and_wide(key, k, q):
     p = ra.random_rotation(key, 32)
     pad = lambda x: jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, 16)])
@@ -130,7 +129,7 @@ def test_query_at_cosine_gives_unit_queries_at_the_cosine():
   o = rng.standard_normal((50, 64)).astype(np.float32)
   o /= np.linalg.norm(o, axis=-1, keepdims=True)
   cos = rng.uniform(-0.9, 0.9, (50, 1)).astype(np.float32)
-  q = np.asarray(_jit(ra.query_at_cosine)(o, _normal(10, (50, 64)), cos))
+  q = np.asarray(jax.jit(ra.query_at_cosine)(o, _normal(10, (50, 64)), cos))
   np.testing.assert_allclose(np.linalg.norm(q, axis=-1), 1.0, rtol=1e-5)
   np.testing.assert_allclose(np.sum(o * q, -1), cos[:, 0], atol=1e-5)
 
@@ -149,7 +148,7 @@ def estimator_draws():
   for d, (cos, draws) in _ESTIMATOR.items():
     o0, q0 = _pairs(1, d, cos, d)
     o1, q1 = _pairs(_BOUND_PAIRS, d, _BOUND_COS, d + 1)
-    trials = _jit(functools.partial(ra.estimator_trials, num_rotations=draws))(
+    trials = jax.jit(functools.partial(ra.estimator_trials, num_rotations=draws))(
         np.concatenate([o0, o1]), np.concatenate([q0, q1]), jax.random.PRNGKey(d))
     out[d] = jax.tree.map(np.asarray, trials)
   return out
@@ -200,7 +199,7 @@ def test_top_p_selection_reaches_mass_p_on_its_scores():
   forced = np.arange(200) < 3
   p_values = (0.3, 0.8, 0.95)
 
-  @_jit
+  @jax.jit
   def select(logits):
     sels = [ra.top_p_select(logits, valid, p, 200, forced) for p in p_values]
     flat = ra.top_p_select(0.1 * logits, valid, 0.9, 200).count
@@ -232,7 +231,7 @@ def test_baselines_select_what_they_promise():
   forced = np.broadcast_to(np.arange(64) >= 45, (3, 64))
   counts = (1, 2, 4)
 
-  @_jit
+  @jax.jit
   def run(q, k, v):
     bounds = baselines.quest_bounds(q, k, partial, 16)
     return dict(
@@ -291,7 +290,7 @@ def _rabitq_model(model, rcfg):
 
 
 def _init_cache(rcfg, model, batch, length, seed):
-  return _jit(lambda key: ra.init_cache(rcfg, model.config, batch, length, key))(
+  return jax.jit(lambda key: ra.init_cache(rcfg, model.config, batch, length, key))(
       jax.random.PRNGKey(seed))
 
 
@@ -306,7 +305,7 @@ def test_chunked_quantisation_and_kernels_inside_the_model(small_lm):
   rcfgs = [ra.RaBitQConfig(num_sink=2, recent_window=4, interval=4, max_budget=16,
                            top_p=0.5, use_kernels=use_kernels, interpret=True)
            for use_kernels in (False, True)]
-  apply = lambda rcfg: _jit(lambda p, t, c: _rabitq_model(model, rcfg).apply({"params": p}, t, c))
+  apply = lambda rcfg: jax.jit(lambda p, t, c: _rabitq_model(model, rcfg).apply({"params": p}, t, c))
   logits, prefilled = apply(rcfgs[0])(params, tokens[:, :16],          # prefill (T = 16)
                                       _init_cache(rcfgs[0], model, 1, 64, 5))
   assert int(prefilled.state[0].qlen) == 12 == int(prefilled.state[1].qlen)  # 16 - window
@@ -325,7 +324,7 @@ def test_chunked_quantisation_and_kernels_inside_the_model(small_lm):
   st = states[0].state[1]
   assert int(st.qlen) == 24                          # 12 + 3 chunks of 4
   k = states[0].k[1]                                 # (B, S, KV, D)
-  direct = _jit(ra.quantize_keys)(jnp.swapaxes(k, 1, 2), st.rotation, st.key_center,
+  direct = jax.jit(ra.quantize_keys)(jnp.swapaxes(k, 1, 2), st.rotation, st.key_center,
                                   st.query_center)
   np.testing.assert_array_equal(st.words[:, :, 2:24], direct.words[:, :, 2:24])
   np.testing.assert_allclose(st.norm[:, :, 2:24], direct.norm[:, :, 2:24], rtol=1e-5)
@@ -339,7 +338,7 @@ def test_config_errors_name_the_value():
 
 
 def test_synthetic_cache_has_key_mean_outliers_and_peaked_and_flat_queries():
-  @_jit
+  @jax.jit
   def cache_and_counts(key):
     q, k, v = ra.synthetic_cache(key, 1024, 128, 4, 2)
     top = ra.top_p_mask(baselines.exact_logits(q, k), jnp.ones((1024,), bool), 0.9)
@@ -357,7 +356,7 @@ def test_synthetic_cache_has_key_mean_outliers_and_peaked_and_flat_queries():
 
 def test_decode_masks_against_brute_force():
   positions = np.array([0, 5, 9])
-  valid, forced = _jit(ra.decode_masks, static_argnums=(1, 2, 3))(positions, 10, 2, 3)
+  valid, forced = jax.jit(ra.decode_masks, static_argnums=(1, 2, 3))(positions, 10, 2, 3)
   for row, t in enumerate(positions):
     for j in range(10):
       assert bool(valid[row, j]) == (j <= t)
@@ -374,7 +373,7 @@ def test_tokens_at_recall_interpolates_in_log_tokens():
 
 
 def test_attention_entropy_matches_closed_forms():
-  uniform, two = _jit(lambda: (
+  uniform, two = jax.jit(lambda: (
       ra.attention_entropy(jnp.zeros(8), jnp.arange(8) < 4),
       ra.attention_entropy(jnp.array([0.0, -1e4, 0.0]), jnp.ones(3, bool))))()
   np.testing.assert_allclose(uniform, math.log(4), rtol=1e-6)
@@ -385,7 +384,7 @@ def test_selection_metrics_of_the_full_and_an_empty_selection():
   q, k, v = _normal(12, (2, 32)), _normal(13, (40, 32)), _normal(14, (40, 32))
   valid = np.ones((2, 40), bool)
 
-  @_jit
+  @jax.jit
   def metrics(q, k, v):
     logits = baselines.exact_logits(q, k)
     full = baselines.masked_attention(q[:, None], k[None], v[None], valid[:, None])[:, 0]
@@ -406,8 +405,8 @@ def test_record_queries_in_chunks_matches_one_prefill(small_lm):
   model, params = small_lm
   tokens = np.random.default_rng(13).integers(0, 64, (1, 32), dtype=np.int32)
   chunked = ra.record_queries(model, params, tokens, chunk=8)
-  whole = _jit(lambda t: ra.record_queries(model, params, t, chunk=32))(tokens)   # one call
-  _, cache = _jit(lambda t, c: model.apply({"params": params}, t, c))(
+  whole = jax.jit(lambda t: ra.record_queries(model, params, t, chunk=32))(tokens)   # one call
+  _, cache = jax.jit(lambda t, c: model.apply({"params": params}, t, c))(
       tokens, transformer.init_cache(model.config, 1, 32))
   for layer, ((qc, kc, vc), (qw, kw, vw)) in enumerate(zip(chunked, whole)):
     assert qc.shape == (1, 32, 4, model.config.dim_per_head)
@@ -421,8 +420,8 @@ def test_teacher_forced_decode_equals_the_forward_pass(small_lm):
   """Through a plain cache and through a RaBitQ cache that keeps every token."""
   model, params = small_lm
   tokens = np.random.default_rng(14).integers(0, 64, (2, 24), dtype=np.int32)
-  want = _jit(lambda t: model.apply({"params": params}, t))(tokens[:, :-1])[:, 7:]
-  decode = lambda m, cache: _jit(
+  want = jax.jit(lambda t: model.apply({"params": params}, t))(tokens[:, :-1])[:, 7:]
+  decode = lambda m, cache: jax.jit(
       lambda c: ra.teacher_forced_decode(m, params, tokens, 8, c))(cache)
   got, count = decode(model, transformer.init_cache(model.config, 2, 24))
   assert got.shape == want.shape and float(count) == 0.0

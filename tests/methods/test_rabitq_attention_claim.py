@@ -13,16 +13,12 @@ sparse decoding at p = 0.95 keeps the LM's predictions; 1-bit keys are >= 8x sma
 than bf16. Whether Quest needs more tokens on the LM's own caches is measured but not
 asserted: at the quick preset (32-wide heads) it does not reproduce (docs).
 
-The run's time is XLA compilation (the tiny sizes cost little to execute), so it runs
-with most XLA optimisations off (`jax_disable_most_optimizations`: the same
-computation, every figure equal to float rounding, about a third less compile time);
-the LM comes trained from the session fixture.
+The run's time is XLA compilation (the tiny sizes cost little to execute), which the
+suite's -O0 (tests/conftest.py) shortens; the LM comes trained from the session fixture.
 """
 
-import contextlib
 import os
 
-import jax
 import numpy as np
 import pytest
 
@@ -40,31 +36,10 @@ def tiny_config(tiny_lm_dir):
   return config
 
 
-@contextlib.contextmanager
-def _most_optimizations_off():
-  """Compiles with XLA's LLVM passes at -O0 (same computation, less compile time), then
-  restores the previous setting.
-
-  The flag is not part of jit's cache key (the persistent cache's key has the compile
-  options, the in-memory one does not), so jax's compiled programs are dropped on the
-  way in and out: nothing compiled at -O0 is reused by a later test on this worker, and
-  nothing compiled before runs here in place of an -O0 program.
-  """
-  previous = jax.config.read("jax_disable_most_optimizations")
-  jax.clear_caches()
-  jax.config.update("jax_disable_most_optimizations", True)
-  try:
-    yield
-  finally:
-    jax.clear_caches()
-    jax.config.update("jax_disable_most_optimizations", previous)
-
-
 @pytest.fixture(scope="module")
 def tiny_run(tiny_config, tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("rabitq_attention"))
-  with _most_optimizations_off():
-    return workdir, experiment.run(tiny_config, workdir)
+  return workdir, experiment.run(tiny_config, workdir)
 
 
 def test_estimator_is_unbiased_and_inside_its_bound(tiny_run, tiny_config):
@@ -128,14 +103,3 @@ def test_a_stage_is_keyed_by_the_sub_configs_it_reads(tiny_config):
   with changed.unlocked():
     changed.lm.d_model = 64
   assert fp(changed, ("selection", "real"), True) != fp(tiny_config, ("selection", "real"), True)
-
-
-def test_programs_compiled_at_o0_do_not_outlive_the_toggle():
-  # jit's in-memory key ignores jax_disable_most_optimizations: without the cache
-  # clearing, the -O0 program would serve later calls at the default level.
-  add_one = jax.jit(lambda x: x + 1)
-  add_one(1.0)
-  with _most_optimizations_off():
-    assert add_one._cache_size() == 0  # pylint: disable=protected-access
-    add_one(1.0)
-  assert add_one._cache_size() == 0  # pylint: disable=protected-access
