@@ -100,6 +100,19 @@ def machine_line(peers: tuple[str, ...] = ()) -> str:
 # as the path they time and print the fraction reached.
 
 
+def proc_status_bytes(field: str) -> int:
+  """A ``kB`` field of /proc/self/status (VmRSS, VmHWM) in bytes (Linux only).
+
+  Raises:
+    OSError: without /proc; ValueError: when the field is missing.
+  """
+  with open("/proc/self/status", encoding="ascii") as f:
+    for line in f:
+      if line.startswith(field + ":"):
+        return int(line.split()[1]) * 1024
+  raise ValueError(f"/proc/self/status has no {field}")
+
+
 def stream_bandwidth(num_bytes: int = 1 << 28, repeats: int = 5) -> dict[str, float]:
   """This machine's memory bandwidth in bytes/s, measured like STREAM's copy and scale.
 

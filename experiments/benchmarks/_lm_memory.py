@@ -33,14 +33,7 @@ import json
 
 import numpy as np
 
-
-def status_bytes(field: str) -> int:
-  """A ``kB`` field of /proc/self/status (VmRSS, VmHWM) in bytes."""
-  with open("/proc/self/status") as f:
-    for line in f:
-      if line.startswith(field + ":"):
-        return int(line.split()[1]) * 1024
-  raise ValueError(f"/proc/self/status has no {field}")
+from experiments.benchmarks import proc_status_bytes
 
 
 def reset_peak() -> bool:
@@ -123,14 +116,14 @@ def measure(side: str, folder: str, batch: int, prompt: int, new_tokens: int,
   run = {"ours": _ours, "theirs": _theirs}[side](folder, prompt_ids, tokens, new_tokens)
   gc.collect()
   release_freed_heap()
-  out = {"side": side, "loaded": status_bytes("VmRSS")}
+  out = {"side": side, "loaded": proc_status_bytes("VmRSS")}
   out["reset"] = reset_peak()
   run()
-  out["first"] = status_bytes("VmHWM")
+  out["first"] = proc_status_bytes("VmHWM")
   gc.collect()
   reset_peak()
   run()
-  out["steady"] = status_bytes("VmHWM")
+  out["steady"] = proc_status_bytes("VmHWM")
   return out
 
 

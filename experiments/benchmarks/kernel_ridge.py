@@ -80,6 +80,7 @@ import numpy as np
 from common import config as config_lib
 from experiments.benchmarks import machine_line
 from experiments.benchmarks import peak_matmul_flops
+from experiments.benchmarks import proc_status_bytes
 from experiments.benchmarks import roofline_line
 from experiments.benchmarks import stream_bandwidth
 
@@ -194,15 +195,11 @@ def sklearn_two_stage(t: np.ndarray, x: np.ndarray, y: np.ndarray, grid: np.ndar
 
 
 def _rss_kib() -> int | None:
-  """Current resident set size in KiB (Linux /proc), or None."""
+  """Current resident set size in KiB, or None without /proc."""
   try:
-    with open("/proc/self/status") as f:
-      for line in f:
-        if line.startswith("VmRSS:"):
-          return int(line.split()[1])
-  except OSError:
-    pass
-  return None
+    return proc_status_bytes("VmRSS") // 1024
+  except (OSError, ValueError):
+    return None
 
 
 def _threadpools() -> list[dict]:

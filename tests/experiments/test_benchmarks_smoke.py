@@ -106,3 +106,11 @@ def test_roofline_measurements_and_line():
     benchmarks.roofline_line("step", seconds=0.0, flops=1.0)
   with pytest.raises(ValueError, match="needs bytes_moved or flops"):
     benchmarks.roofline_line("step", seconds=1.0)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_proc_status_bytes_reads_kb_fields_in_bytes():
+  rss, peak = benchmarks.proc_status_bytes("VmRSS"), benchmarks.proc_status_bytes("VmHWM")
+  assert 0 < rss <= peak and rss % 1024 == 0
+  with pytest.raises(ValueError, match="has no NoSuchField"):
+    benchmarks.proc_status_bytes("NoSuchField")
