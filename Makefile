@@ -22,8 +22,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# PRESET=full: the largest fair test of each claim (up to 30 minutes per experiment),
+# in results/full/; REPORT.md shows quick and full side by side.
+PRESET ?= quick
+
 reproduce: install
-	$(PY) -m experiments.reproduce --preset=quick --workdir=results
+	$(PY) -m experiments.reproduce --preset=$(PRESET) --workdir=results
 
 test: install
 	$(PY) -m pytest -q tests --durations=15 -n $(TEST_WORKERS) --dist loadfile

@@ -134,12 +134,14 @@ def claims_table(rows: Sequence[Claim]) -> list[ClaimCheck]:
 
 @dataclasses.dataclass(frozen=True)
 class Result:
-  """What an experiment returns."""
+  """What an experiment returns (the runner fills in `seconds`, `preset`, `fingerprint`)."""
   claims: Sequence[ClaimCheck]
   figures: Mapping[str, float]
   plots: Sequence[str] = ()      # file names relative to the experiment's workdir
   seconds: float = float("nan")
   notes: Sequence[str] = ()      # markdown blocks shown under the plots (e.g. a learned library)
+  preset: str = ""               # the config's preset ("" when it has none)
+  fingerprint: str = ""          # trials.config_fingerprint of the whole config
 
   def to_json(self) -> dict:
     return {
@@ -148,6 +150,8 @@ class Result:
         "plots": list(self.plots),
         "seconds": _json_number(self.seconds),
         "notes": list(self.notes),
+        "preset": self.preset,
+        "fingerprint": self.fingerprint,
     }
 
   @classmethod
@@ -157,7 +161,8 @@ class Result:
                         for k, v in data["figures"].items()},
                plots=list(data.get("plots", ())),
                seconds=float("nan") if data.get("seconds") is None else data["seconds"],
-               notes=tuple(data.get("notes", ())))
+               notes=tuple(data.get("notes", ())), preset=data.get("preset", ""),
+               fingerprint=data.get("fingerprint", ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,15 +213,21 @@ def run_experiment(name: str, body: Callable[..., Result], config, workdir: str,
     validate(config)
   workdir = trials.ensure_directory(workdir, "workdir")
   start = time.time()
-  x64 = bool(config.get("x64", False)) if hasattr(config, "get") else False
+  x64 = bool(_get(config, "x64", False))
   with jax.enable_x64(x64):
     result = body(config, workdir)
   if not isinstance(result, Result):
     raise TypeError(f"experiment {name!r} returned {type(result).__name__}, not Result")
-  result = dataclasses.replace(result, seconds=time.time() - start)
+  result = dataclasses.replace(result, seconds=time.time() - start,
+                               preset=str(_get(config, "preset", "")),
+                               fingerprint=trials.config_fingerprint(config))
   logging.info("%s figures: %s", name, dict(result.figures))
   save_result(result, workdir)
   return result
+
+
+def _get(config, key: str, default: Any) -> Any:
+  return config.get(key, default) if hasattr(config, "get") else default
 
 
 def registered() -> dict[str, Experiment]:
@@ -266,37 +277,89 @@ def claims_count(result: Result) -> tuple[int, int]:
   return sum(c.reproduced for c in result.claims), len(result.claims)
 
 
-def summary_rows(entries: Mapping[str, tuple[Experiment, Result, str]],
-                 link: bool = True) -> list[str]:
-  """The one-screen summary: a markdown row per experiment (claims reproduced out of
-  checked, run time, and with `link` its report section and plots)."""
-  lines = ["| method | reproduced | last run | plots |", "|---|---|---|---|"]
-  for name, (exp, result, status) in entries.items():
-    done, checked = claims_count(result)
-    label = f"[{exp.title}](#{name})" if link else exp.title
-    label += f" (`{name}`)" + (f" *{status}*" if status else "")
-    minutes = "" if math.isnan(result.seconds) else f"{result.seconds / 60:.1f} min"
-    plots = ", ".join(f"[{os.path.splitext(p)[0]}]({name}/{p})" for p in result.plots)
-    lines.append(f"| {_cell(label)} | {done}/{checked} | {minutes} | {plots} |")
+# The presets a report shows, the headline last: full is the largest fair test of each
+# claim (the README's verdicts), quick what `make reproduce` runs.
+REPORT_PRESETS = ("quick", "full")
+
+Run = tuple[Result, str]  # status "" or a note such as "stale: this run failed"
+
+
+def run_dir(root: str, preset: str, name: str) -> str:
+  """Where `reproduce` runs ``name`` at ``preset``: ``root/name`` for quick (what
+  `make reproduce` fills), ``root/<preset>/name`` for any other preset."""
+  return os.path.join(root, name) if preset == "quick" else os.path.join(root, preset, name)
+
+
+def _headline(runs: Mapping[str, Run]) -> str:
+  """The preset whose verdicts lead: the last of REPORT_PRESETS that ran, else any."""
+  ran = [p for p in REPORT_PRESETS if p in runs]
+  return ran[-1] if ran else next(iter(runs))
+
+
+def _count_cell(runs: Mapping[str, Run], preset: str) -> str:
+  if preset not in runs:
+    return "not run yet"
+  result, status = runs[preset]
+  done, checked = claims_count(result)
+  return f"{done}/{checked}" + (f" *{status}*" if status else "")
+
+
+def _minutes(result: Result) -> str:
+  return "" if math.isnan(result.seconds) else f"{result.seconds / 60:.1f}"
+
+
+def summary_rows(entries: Mapping[str, tuple[Experiment, Mapping[str, Run]]],
+                 presets: Sequence[str] = REPORT_PRESETS) -> list[str]:
+  """The one-screen summary: a markdown row per experiment with the claims reproduced
+  out of checked and the minutes of each preset, linked to its section and the
+  headline preset's plots."""
+  lines = ["| method | " + " | ".join(presets) + " | minutes (" + " / ".join(presets)
+           + ") | plots |", "|---|" + "---|" * len(presets) + "---|---|"]
+  for name, (exp, runs) in entries.items():
+    headline = _headline(runs)
+    folder = os.path.relpath(run_dir(".", headline, name))
+    plots = ", ".join(f"[{os.path.splitext(p)[0]}]({folder}/{p})"
+                      for p in runs[headline][0].plots)
+    minutes = " / ".join(_minutes(runs[p][0]) if p in runs else "-" for p in presets)
+    counts = " | ".join(_count_cell(runs, p) for p in presets)
+    lines.append(f"| {_cell(f'[{exp.title}](#{name}) (`{name}`)')} | {counts} | {minutes} "
+                 f"| {plots} |")
   return lines
 
 
-def _section(name: str, exp: Experiment, result: Result, status: str) -> list[str]:
-  """One experiment's section: its claims, then its plots, notes and figures."""
-  done, checked = claims_count(result)
-  lines = ["", f'<a id="{name}"></a>', "", f"## {exp.title} (`{name}`)", ""]
-  summary = f"{done} of {checked} claims reproduced"
-  if not math.isnan(result.seconds):
-    summary += f"; run time {result.seconds:.0f} s"
-  lines += [summary + (f" (*{status}*)" if status else "") + ".", "",
-            "| paper's claim | paper's figure | our figure | reproduced |",
-            "|---|---|---|---|"]
-  for c in result.claims:
+def _claim_rows(runs: Mapping[str, Run], headline: str) -> list[str]:
+  """The headline preset's claims; a row whose verdict differs at another preset
+  shows that preset's verdict and figure too."""
+  others = {p: {c.claim: c for c in r.claims} for p, (r, _) in runs.items() if p != headline}
+  lines = ["| paper's claim | paper's figure | our figure | reproduced |", "|---|---|---|---|"]
+  for c in runs[headline][0].claims:
+    verdict = "yes" if c.reproduced else "no"
+    for preset, claims in others.items():
+      other = claims.get(c.claim)
+      if other is not None and other.reproduced != c.reproduced:
+        verdict += (f" (at {preset}: {'yes' if other.reproduced else 'no'}, "
+                    f"{other.our_figure})")
     lines.append(f"| {_cell(c.claim)} | {_cell(c.paper_figure)} | {_cell(c.our_figure)} | "
-                 f"{'yes' if c.reproduced else 'no'} |")
-  lines.append("")
+                 f"{_cell(verdict)} |")
+  return lines
+
+
+def _section(name: str, exp: Experiment, runs: Mapping[str, Run]) -> list[str]:
+  """One experiment's section: the count and time of each preset, the headline
+  preset's claims with its plots, notes and figures under them."""
+  headline = _headline(runs)
+  lines = ["", f'<a id="{name}"></a>', "", f"## {exp.title} (`{name}`)", ""]
+  for preset, (result, status) in runs.items():
+    done, checked = claims_count(result)
+    line = f"At `{preset}`: {done} of {checked} claims reproduced"
+    if not math.isnan(result.seconds):
+      line += f"; run time {result.seconds:.0f} s"
+    lines.append(line + (f" (*{status}*)" if status else "") + ".")
+  lines += ["", f"Claims at `{headline}`:", "", *_claim_rows(runs, headline), ""]
+  result = runs[headline][0]
+  folder = os.path.relpath(run_dir(".", headline, name))
   for plot in result.plots:
-    lines.append(f"![{name}]({name}/{plot})")
+    lines.append(f"![{name}]({folder}/{plot})")
   for note in result.notes:
     lines += ["", note]
   lines += ["", "| figure | value |", "|---|---|"]
@@ -305,34 +368,38 @@ def _section(name: str, exp: Experiment, result: Result, status: str) -> list[st
   return lines
 
 
-def render_report(entries: Mapping[str, tuple[Experiment, Result, str]],
-                  preset: str) -> str:
-  """Markdown for REPORT.md. ``entries``: name -> (experiment, result, status),
-  status "" for a fresh result or a note such as "stale: this run failed".
+def render_report(entries: Mapping[str, tuple[Experiment, Mapping[str, Run]]]) -> str:
+  """Markdown for REPORT.md. ``entries``: name -> (experiment, {preset: (result,
+  status)}), presets in REPORT_PRESETS order.
 
-  The report opens with a one-screen summary (claims reproduced out of checked per
-  experiment, linked to its section and plots); each section then holds the
-  experiment's claims with its plots under them.
+  The report opens with a one-screen summary (per experiment, claims reproduced out
+  of checked and minutes at each preset, linked to its section and plots); each
+  section then holds the headline preset's claims (full where it ran), with the
+  other preset's verdict beside any row where it differs, and the plots under them.
   """
-  done = sum(claims_count(r)[0] for _, r, _ in entries.values())
-  checked = sum(claims_count(r)[1] for _, r, _ in entries.values())
-  lines = [
-      "# Reproduction report",
-      "",
-      f"Preset `{preset}`, written {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}"
-      " by `python -m experiments.reproduce`.",
-      f"{done} of {checked} claims reproduced across {len(entries)} experiments.",
-      "",
-      *summary_rows(entries),
-  ]
-  for name, (exp, result, status) in entries.items():
-    lines += _section(name, exp, result, status)
+  presets = [p for p in REPORT_PRESETS if any(p in runs for _, runs in entries.values())]
+  presets += sorted({p for _, runs in entries.values() for p in runs} - set(presets))
+  lines = ["# Reproduction report", "",
+           f"Written {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} by "
+           "`python -m experiments.reproduce`. Each section leads with `full` where it "
+           "has run (the largest fair test of each claim within 30 minutes on 2 cores), "
+           "else `quick` (what `make reproduce` runs).", ""]
+  for preset in presets:
+    results = [runs[preset][0] for _, runs in entries.values() if preset in runs]
+    done = sum(claims_count(r)[0] for r in results)
+    checked = sum(claims_count(r)[1] for r in results)
+    minutes = sum(r.seconds for r in results if not math.isnan(r.seconds)) / 60
+    lines.append(f"- `{preset}`: {done} of {checked} claims reproduced across "
+                 f"{len(results)} experiments ({minutes:.0f} minutes of runs).")
+  lines += ["", *summary_rows(entries, presets)]
+  for name, (exp, runs) in entries.items():
+    lines += _section(name, exp, runs)
   return "\n".join(lines) + "\n"
 
 
-def write_report(entries: Mapping[str, tuple[Experiment, Result, str]], path: str,
-                 preset: str) -> str:
+def write_report(entries: Mapping[str, tuple[Experiment, Mapping[str, Run]]],
+                 path: str) -> str:
   """Writes REPORT.md atomically and returns its text."""
-  text = render_report(entries, preset)
+  text = render_report(entries)
   atomic_write_text(path, text)
   return text

@@ -191,8 +191,8 @@ def main(argv):
     traceback.print_exc()
     sys.stderr.flush()
     os._exit(1)  # pylint: disable=protected-access
-  print(report.render_report({FLAGS.config.method: (report.get(FLAGS.config.method), result, "")},
-                             FLAGS.config.preset))
+  name = FLAGS.config.method
+  print(report.render_report({name: (report.get(name), {FLAGS.config.preset: (result, "")})}))
 
 
 if __name__ == "__main__":

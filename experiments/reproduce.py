@@ -2,8 +2,10 @@
 
   python -m experiments.reproduce [--only=kernel_ridge] [--preset=quick] [--workdir=results]
 
-Each experiment runs in ``workdir/<name>/`` and saves its ``result.json``
-atomically. If an experiment fails, its last good result (if any) stays in the
+Each experiment runs in ``workdir/<name>/`` at quick and ``workdir/<preset>/<name>/``
+at any other preset (``report.run_dir``), and saves its ``result.json`` atomically;
+``lm`` runs first, since the LM experiments reuse its model. ``REPORT.md`` shows the
+quick and full results side by side, full's verdicts first where it has run. If an experiment fails, its last good result (if any) stays in the
 report marked stale, the error is printed on one line, and the exit status is 1:
 a broken run never replaces a good result. Bad names, presets or a workdir that is a
 file or not writable stop with a one-line error (exit status 2) before any run.
@@ -50,12 +52,71 @@ def _checked_configs(names: list[str], preset: str, workdir: str,
   return configs
 
 
-def reproduce(names: list[str] | None, preset: str, workdir: str) -> tuple[str, list[str]]:
-  """Runs the experiments; returns (report text, names that failed).
+# Experiments whose runs others reuse go first (`common.lm.trained_lm` takes the `lm`
+# experiment's trained model from beside its own workdir).
+RUN_FIRST = ("lm",)
 
-  Bad input fails before the experiment modules are imported (which takes seconds):
-  the input is checked against the module names, which are what they register, then
-  against the registry.
+
+def _run_order(names: list[str]) -> list[str]:
+  return sorted(names, key=lambda n: (n not in RUN_FIRST, names.index(n)))
+
+
+def _status(name: str, result: report.Result, preset: str) -> str:
+  """"" when ``result`` came from today's config of ``name`` at ``preset``."""
+  if not result.fingerprint:
+    return "config not recorded"
+  module = registry.config_module(name)
+  if preset not in getattr(module, "PRESETS", {}):
+    return f"no {preset} preset now"
+  current = trials.config_fingerprint(module.get_config(preset))
+  return "" if current == result.fingerprint else "stale: its config changed since"
+
+
+def _entries(experiments: dict, workdir: str, preset: str, fresh: dict, failed: list[str]):
+  """name -> (experiment, {preset: (result, status)}) for every result on disk."""
+  presets = list(report.REPORT_PRESETS) + ([preset] if preset not in report.REPORT_PRESETS
+                                          else [])
+  entries = {}
+  for name, exp in experiments.items():
+    runs = {}
+    for p in presets:
+      if p == preset and name in fresh:
+        runs[p] = (fresh[name], "")
+        continue
+      result = report.load_result(report.run_dir(workdir, p, name))
+      if result is not None:
+        failed_now = p == preset and name in failed
+        runs[p] = (result, "stale: this run failed" if failed_now else _status(name, result, p))
+    if runs:
+      entries[name] = (exp, runs)
+  return entries
+
+
+def _run_one(exp, config, exp_dir: str, preset: str):
+  """Runs one experiment and prints its line; returns its Result, or None if it failed."""
+  print(f"[reproduce] {exp.name} ({preset}) -> {exp_dir}", flush=True)
+  start = time.time()
+  try:
+    result = exp.run(config, exp_dir)  # The runner saves result.json.
+  except Exception as e:  # pylint: disable=broad-except
+    traceback.print_exc()
+    print(f"[reproduce] {exp.name}: failed after {(time.time() - start) / 60:.1f} min: "
+          f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    return None
+  done, checked = report.claims_count(result)
+  print(f"[reproduce] {exp.name}: {(time.time() - start) / 60:.1f} min, {done}/{checked} "
+        "claims reproduced", flush=True)
+  return result
+
+
+def reproduce(names: list[str] | None, preset: str, workdir: str) -> tuple[str, list[str]]:
+  """Runs the experiments at ``preset``; returns (report text, names that failed).
+
+  Each runs in ``report.run_dir(workdir, preset, name)``; ``workdir/REPORT.md`` then
+  shows every result on disk at each of ``report.REPORT_PRESETS`` (and ``preset``),
+  a result from an older config marked stale. Bad input fails before the experiment
+  modules are imported (which takes seconds): the input is checked against the module
+  names, which are what they register, then against the registry.
 
   Raises:
     ValueError: (``ConfigError`` for names and presets) before any run, for an
@@ -67,33 +128,16 @@ def reproduce(names: list[str] | None, preset: str, workdir: str) -> tuple[str, 
   experiments = report.registered()
   names = list(experiments) if not names else names
   configs = _checked_configs(names, preset, workdir, list(experiments))
-  entries, failed = {}, []
-  for name in names:
-    exp_dir = os.path.join(workdir, name)
-    print(f"[reproduce] {name} ({preset}) -> {exp_dir}", flush=True)
-    start = time.time()
-    try:
-      result = experiments[name].run(configs[name], exp_dir)  # The runner saves result.json.
-      entries[name] = (experiments[name], result, "")
-      done, checked = report.claims_count(result)
-      print(f"[reproduce] {name}: {(time.time() - start) / 60:.1f} min, {done}/{checked} "
-            "claims reproduced", flush=True)
-    except Exception as e:  # pylint: disable=broad-except
-      traceback.print_exc()
+  fresh, failed = {}, []
+  for name in _run_order(names):
+    result = _run_one(experiments[name], configs[name],
+                      report.run_dir(workdir, preset, name), preset)
+    if result is None:
       failed.append(name)
-      print(f"[reproduce] {name}: failed after {(time.time() - start) / 60:.1f} min: "
-            f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
-      previous = report.load_result(exp_dir)
-      if previous is not None:
-        entries[name] = (experiments[name], previous, "stale: this run failed")
-  # Keep rows of experiments not run this time (e.g. with --only) from their last result.
-  for name, exp in experiments.items():
-    if name not in entries:
-      previous = report.load_result(os.path.join(workdir, name))
-      if previous is not None:
-        entries[name] = (exp, previous, "")
-  text = report.write_report(dict(sorted(entries.items())),
-                             os.path.join(workdir, "REPORT.md"), preset)
+    else:
+      fresh[name] = result
+  entries = _entries(experiments, workdir, preset, fresh, failed)
+  text = report.write_report(entries, os.path.join(workdir, "REPORT.md"))
   return text, failed
 
 

@@ -22,13 +22,14 @@ def _result(value):
 def test_render_report_opens_with_a_linked_summary_and_has_one_row_per_claim():
   exp = report.Experiment("demo", "Demo method", run=lambda c, w: None)
   other = report.Experiment("other", "Other method", run=lambda c, w: None)
-  text = report.render_report({"demo": (exp, _result(3.0), ""),
-                               "other": (other, _result(0.5), "stale: this run failed")},
-                              "quick")
+  text = report.render_report({"demo": (exp, {"quick": (_result(3.0), "")}),
+                               "other": (other, {"quick": (_result(0.5),
+                                                           "stale: this run failed")})})
   summary = text.split("\n## ")[0]
-  assert "1 of 2 claims reproduced across 2 experiments." in summary
-  assert "| [Demo method](#demo) (`demo`) | 1/1 | 0.0 min | [p](demo/p.png) |" in summary
-  assert "| [Other method](#other) (`other`) *stale: this run failed* | 0/1 |" in summary
+  assert "- `quick`: 1 of 2 claims reproduced across 2 experiments" in summary
+  assert "| method | quick | minutes (quick) | plots |" in summary
+  assert "| [Demo method](#demo) (`demo`) | 1/1 | 0.0 | [p](demo/p.png) |" in summary
+  assert "| [Other method](#other) (`other`) | 0/1 *stale: this run failed* | 0.0 |" in summary
   demo = text.split('<a id="demo"></a>')[1].split('<a id="other"></a>')[0]
   assert "| paper's claim | paper's figure | our figure | reproduced |" in demo
   assert "| x beats y | 2x | 3.0x | yes |" in demo
@@ -36,11 +37,36 @@ def test_render_report_opens_with_a_linked_summary_and_has_one_row_per_claim():
   assert "| x beats y | 2x | 0.5x | no |" in text.split('<a id="other"></a>')[1]
 
 
+def test_report_leads_with_full_and_shows_quick_where_the_verdict_differs():
+  exp = report.Experiment("demo", "Demo method", run=lambda c, w: None)
+  same = report.Experiment("same", "Same method", run=lambda c, w: None)
+  text = report.render_report({
+      "demo": (exp, {"quick": (_result(0.5), ""), "full": (_result(3.0), "")}),
+      "same": (same, {"quick": (_result(2.0), "")})})
+  summary = text.split("\n## ")[0]
+  assert "- `full`: 1 of 1 claims reproduced across 1 experiments" in summary
+  assert "| method | quick | full | minutes (quick / full) | plots |" in summary
+  assert "| [Demo method](#demo) (`demo`) | 0/1 | 1/1 | 0.0 / 0.0 | [p](full/demo/p.png) |" \
+      in summary
+  assert "| [Same method](#same) (`same`) | 1/1 | not run yet | 0.0 / - | [p](same/p.png) |" \
+      in summary
+  demo = text.split('<a id="demo"></a>')[1].split('<a id="same"></a>')[0]
+  assert "At `quick`: 0 of 1 claims reproduced" in demo and "Claims at `full`:" in demo
+  assert "| x beats y | 2x | 3.0x | yes (at quick: no, 0.5x) |" in demo
+  assert "![demo](full/demo/p.png)" in demo
+  assert "| x beats y | 2x | 2.0x | yes |" in text.split('<a id="same"></a>')[1]
+
+
+def test_run_dir_keeps_quick_at_the_top_and_other_presets_in_their_folder():
+  assert report.run_dir("results", "quick", "kr") == os.path.join("results", "kr")
+  assert report.run_dir("results", "full", "kr") == os.path.join("results", "full", "kr")
+
+
 def test_notes_are_shown_under_the_plots_and_survive_json(tmp_path):
   import dataclasses  # pylint: disable=import-outside-toplevel
   exp = report.Experiment("demo", "Demo method", run=lambda c, w: None)
   result = dataclasses.replace(_result(3.0), notes=("Final library:\n\n1. `a rule`",))
-  text = report.render_report({"demo": (exp, result, "")}, "quick")
+  text = report.render_report({"demo": (exp, {"quick": (result, "")})})
   assert "![demo](demo/p.png)\n\nFinal library:\n\n1. `a rule`\n" in text
   report.save_result(result, str(tmp_path))
   assert report.load_result(str(tmp_path)) == result
@@ -88,6 +114,41 @@ def test_failed_run_keeps_last_good_result(tmp_path, monkeypatch, capsys):
   assert "[reproduce] demo: failed after 0.0 min: RuntimeError: boom" in capsys.readouterr().err
   assert "stale: this run failed" in text and "| 4.0x | yes |" in text
   assert report.load_result(str(tmp_path / "demo")).claims == _result(4.0).claims
+
+
+def test_reproduce_runs_lm_first_keeps_presets_apart_and_marks_changed_configs(
+    tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(report, "_REGISTRY", {})
+  sizes = {"n": 1}
+  for name in ("alpha", "lm"):
+    report.register(name, title=name)(lambda config, workdir: _result(float(config["n"])))
+
+  class FakeConfigModule:
+    PRESETS = {"quick": {}, "full": {}}
+
+    @staticmethod
+    def get_config(preset):
+      return {"preset": preset, "n": sizes["n"] + (preset == "full")}
+
+    @staticmethod
+    def validate(config):
+      pass
+
+  monkeypatch.setattr(registry, "load_all", lambda: None)
+  monkeypatch.setattr(registry, "experiment_modules", lambda: ["alpha", "lm"])
+  monkeypatch.setattr(registry, "config_module", lambda name: FakeConfigModule)
+  reproduce.reproduce(None, "quick", str(tmp_path))
+  out = capsys.readouterr().out
+  assert out.index("[reproduce] lm (quick)") < out.index("[reproduce] alpha (quick)")
+  text, _ = reproduce.reproduce(["alpha"], "full", str(tmp_path))
+  quick, full = (report.load_result(str(tmp_path / "alpha")),
+                 report.load_result(str(tmp_path / "full" / "alpha")))
+  assert (quick.preset, full.preset) == ("quick", "full") and quick.fingerprint != full.fingerprint
+  assert "| [alpha](#alpha) (`alpha`) | 0/1 | 1/1 |" in text
+  assert "| [lm](#lm) (`lm`) | 0/1 | not run yet |" in text
+  sizes["n"] = 5  # Today's configs differ from the ones the results on disk came from.
+  text, _ = reproduce.reproduce(["alpha"], "full", str(tmp_path))
+  assert "| [alpha](#alpha) (`alpha`) | 0/1 *stale: its config changed since* | 1/1 |" in text
 
 
 def test_register_twice_with_a_different_function_raises(monkeypatch):
