@@ -1,6 +1,7 @@
 """Runs every registered experiment at a preset and writes ``REPORT.md`` with plots.
 
   python -m experiments.reproduce [--only=kernel_ridge] [--preset=quick] [--workdir=results]
+  python -m experiments.reproduce --norun   # only rewrite results/REPORT.md
 
 Each experiment runs in ``workdir/<name>/`` at quick and ``workdir/<preset>/<name>/``
 at any other preset (``report.run_dir``), and saves its ``result.json`` atomically;
@@ -30,6 +31,8 @@ from experiments import runtime
 flags.DEFINE_list("only", None, "Comma-separated experiment names (default: all).")
 flags.DEFINE_string("preset", "quick", "Config preset for every experiment.")
 flags.DEFINE_string("workdir", "results", "Where REPORT.md, plots and results go.")
+flags.DEFINE_bool("run", True, "Run the experiments; --norun only rewrites REPORT.md from "
+                  "the results on disk.")
 FLAGS = flags.FLAGS
 
 
@@ -109,12 +112,14 @@ def _run_one(exp, config, exp_dir: str, preset: str):
   return result
 
 
-def reproduce(names: list[str] | None, preset: str, workdir: str) -> tuple[str, list[str]]:
+def reproduce(names: list[str] | None, preset: str, workdir: str,
+              run: bool = True) -> tuple[str, list[str]]:
   """Runs the experiments at ``preset``; returns (report text, names that failed).
 
   Each runs in ``report.run_dir(workdir, preset, name)``; ``workdir/REPORT.md`` then
   shows every result on disk at each of ``report.REPORT_PRESETS`` (and ``preset``),
-  a result from an older config marked stale. Bad input fails before the experiment
+  a result from an older config marked stale (``run=False``: only that report). Bad
+  input fails before the experiment
   modules are imported (which takes seconds): the input is checked against the module
   names, which are what they register, then against the registry.
 
@@ -129,7 +134,7 @@ def reproduce(names: list[str] | None, preset: str, workdir: str) -> tuple[str, 
   names = list(experiments) if not names else names
   configs = _checked_configs(names, preset, workdir, list(experiments))
   fresh, failed = {}, []
-  for name in _run_order(names):
+  for name in _run_order(names) if run else ():
     result = _run_one(experiments[name], configs[name],
                       report.run_dir(workdir, preset, name), preset)
     if result is None:
@@ -145,7 +150,7 @@ def main(argv):
   del argv
   runtime.setup()
   try:
-    text, failed = reproduce(FLAGS.only, FLAGS.preset, FLAGS.workdir)
+    text, failed = reproduce(FLAGS.only, FLAGS.preset, FLAGS.workdir, FLAGS.run)
   except ValueError as e:  # ConfigError included: names, presets, configs, workdir.
     config_lib.die(e)
   print(text.split("\n<a id=")[0].rstrip())  # The summary; the sections are in the file.

@@ -147,8 +147,11 @@ def test_reproduce_runs_lm_first_keeps_presets_apart_and_marks_changed_configs(
   assert "| [alpha](#alpha) (`alpha`) | 0/1 | 1/1 |" in text
   assert "| [lm](#lm) (`lm`) | 0/1 | not run yet |" in text
   sizes["n"] = 5  # Today's configs differ from the ones the results on disk came from.
-  text, _ = reproduce.reproduce(["alpha"], "full", str(tmp_path))
-  assert "| [alpha](#alpha) (`alpha`) | 0/1 *stale: its config changed since* | 1/1 |" in text
+  capsys.readouterr()
+  text, _ = reproduce.reproduce(["alpha"], "full", str(tmp_path), run=False)
+  assert "| [alpha](#alpha) (`alpha`) | 0/1 *stale: its config changed since* | " \
+      "1/1 *stale: its config changed since* |" in text
+  assert "[reproduce] alpha" not in capsys.readouterr().out
 
 
 def test_register_twice_with_a_different_function_raises(monkeypatch):
