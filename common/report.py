@@ -142,6 +142,7 @@ class Result:
   notes: Sequence[str] = ()      # markdown blocks shown under the plots (e.g. a learned library)
   preset: str = ""               # the config's preset ("" when it has none)
   fingerprint: str = ""          # trials.config_fingerprint of the whole config
+  resumed: bool = False          # run state was in the workdir: `seconds` is this part only
 
   def to_json(self) -> dict:
     return {
@@ -152,6 +153,7 @@ class Result:
         "notes": list(self.notes),
         "preset": self.preset,
         "fingerprint": self.fingerprint,
+        "resumed": self.resumed,
     }
 
   @classmethod
@@ -162,7 +164,8 @@ class Result:
                plots=list(data.get("plots", ())),
                seconds=float("nan") if data.get("seconds") is None else data["seconds"],
                notes=tuple(data.get("notes", ())), preset=data.get("preset", ""),
-               fingerprint=data.get("fingerprint", ""))
+               fingerprint=data.get("fingerprint", ""),
+               resumed=bool(data.get("resumed", False)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +215,9 @@ def run_experiment(name: str, body: Callable[..., Result], config, workdir: str,
   if validate is not None:
     validate(config)
   workdir = trials.ensure_directory(workdir, "workdir")
+  # Run state (stages, trial logs, checkpoints, a trained LM) lives in subfolders; a
+  # finished run's result.json and plots alone do not shorten a rerun.
+  resumed = any(entry.is_dir() for entry in os.scandir(workdir))
   start = time.time()
   x64 = bool(_get(config, "x64", False))
   with jax.enable_x64(x64):
@@ -220,7 +226,8 @@ def run_experiment(name: str, body: Callable[..., Result], config, workdir: str,
     raise TypeError(f"experiment {name!r} returned {type(result).__name__}, not Result")
   result = dataclasses.replace(result, seconds=time.time() - start,
                                preset=str(_get(config, "preset", "")),
-                               fingerprint=trials.config_fingerprint(config))
+                               fingerprint=trials.config_fingerprint(config),
+                               resumed=resumed)
   logging.info("%s figures: %s", name, dict(result.figures))
   save_result(result, workdir)
   return result
@@ -305,7 +312,9 @@ def _count_cell(runs: Mapping[str, Run], preset: str) -> str:
 
 
 def _minutes(result: Result) -> str:
-  return "" if math.isnan(result.seconds) else f"{result.seconds / 60:.1f}"
+  if math.isnan(result.seconds):
+    return ""
+  return f"{result.seconds / 60:.1f}" + (" (resumed)" if result.resumed else "")
 
 
 def summary_rows(entries: Mapping[str, tuple[Experiment, Mapping[str, Run]]],
@@ -353,7 +362,7 @@ def _section(name: str, exp: Experiment, runs: Mapping[str, Run]) -> list[str]:
     done, checked = claims_count(result)
     line = f"At `{preset}`: {done} of {checked} claims reproduced"
     if not math.isnan(result.seconds):
-      line += f"; run time {result.seconds:.0f} s"
+      line += f"; run time {result.seconds:.0f} s" + (" (resumed)" if result.resumed else "")
     lines.append(line + (f" (*{status}*)" if status else "") + ".")
   lines += ["", f"Claims at `{headline}`:", "", *_claim_rows(runs, headline), ""]
   result = runs[headline][0]

@@ -3,6 +3,8 @@
 Launch:
   python -m experiments.main --config=experiments/configs/adathink.py:quick \
       --workdir=results/adathink
+  python -m experiments.main --config=experiments/configs/adathink.py:full \
+      --workdir=/tmp/adathink_full
   python -m experiments.main --config=experiments/configs/adathink.py:tiny \
       --workdir=/tmp/adathink_tiny
   python -m experiments.main --config=experiments/configs/adathink.py:paper \
@@ -23,7 +25,7 @@ The `paper` preset points at the paper's setting: a MedQA-style JSONL file
 (`paper.medqa_path`) and a Hugging Face Qwen/Llama checkpoint (`paper.hf_checkpoint`),
 read from local paths by `methods.adathink.load_medqa_jsonl` and
 `common.models.hf.load_hf_checkpoint` (the quick and tiny presets leave both empty and
-use the generated task and the shared LM).
+use the generated task and the shared LM: the quick LM at quick, the full LM at full).
 """
 
 from common import config as config_lib
@@ -43,7 +45,7 @@ ADATHINK_HPARAMS = dict(alpha=0.5, top_frac=0.2, quantile=0.7, theta_momentum=0.
 
 BASE = dict(
     method="adathink",
-    lm=lm_lib.get_config("quick"),
+    lm=lm_lib.get_config("full"),
     lm_workdir="",
     # The generated diagnosis task (methods/adathink/data.py).
     data=dict(seed=0, num_findings=8, num_conditions=16, num_modifiers=3, num_diagnoses=8,
@@ -95,8 +97,16 @@ BASE = dict(
 )
 
 PRESETS = {
-    # CPU, minutes after the LM exists: what `make reproduce` runs.
-    "quick": {},
+    # What `make reproduce` runs: at most 8 minutes on 2 cores (MINUTES["quick"]), after
+    # the LM exists. The quick LM; SFT 300 steps of 600; GRPO 4 prompts x 8 per step (of
+    # 8 x 8), stage 2 30 steps of 60 for the four rows the claims read.
+    "quick": {"lm": lm_lib.PRESETS["quick"], "sft.train.num_steps": 300,
+              "grpo": dict(prompts_per_step=4, train=dict(batch_size=32)),
+              "stage2_steps": 30,
+              "variants": ("vanilla", "adathink", "uniform_length", "uniform_length_strong")},
+    # The largest fair test of each claim within 30 minutes on 2 cores (MINUTES["full"]):
+    # the README's headline verdicts. BASE: the full LM, every stage-2 variant.
+    "full": {},
     # Accelerators: the larger shared LM, more cases, longer stages; point paper.* at
     # local MedQA JSONL and an HF checkpoint to run the paper's setting.
     "paper": {"lm": lm_lib.PRESETS["paper"], "data.cases_per_k": 1024,
@@ -115,6 +125,12 @@ PRESETS = {
              "variants": ("vanilla", "adathink", "uniform_length"),
              "easy_max_k": 0, "hard_min_k": 2, "eval_batch_size": 32},
 }
+
+
+# Wall minutes of `python -m experiments.main` at each preset, measured on the 2-core
+# machine (None: not measured yet). tests/experiments/test_contract.py checks quick <= 8
+# and full <= 30.
+MINUTES = {"quick": 5.5, "full": 15.7}
 
 
 def get_config(preset: str | None = None):

@@ -2,6 +2,7 @@
 
 Launch:
   python -m experiments.main --config=experiments/configs/cgfm.py:quick --workdir=/tmp/cgfm
+  python -m experiments.main --config=experiments/configs/cgfm.py:full --workdir=/tmp/cgfm_full
   python -m experiments.main --config=experiments/configs/cgfm.py:paper --workdir=/tmp/cgfm_paper
   python -m experiments.main --config=experiments/configs/cgfm.py:tiny --workdir=/tmp/cgfm_tiny \
       --config.train.num_steps=100 --config.model.naive_coarsening="('random','voxel')"
@@ -69,8 +70,13 @@ BASE = dict(
 )
 
 PRESETS = {
-    # CPU, minutes: what `make reproduce` runs.
-    "quick": {},
+    # What `make reproduce` runs: at most 8 minutes on 2 cores (MINUTES["quick"]).
+    # 1 training seed of 2, 600 steps of 1500, 64 samples per condition of 128.
+    "quick": {"num_seeds": 1, "train": dict(num_steps=600, checkpoint_every=300, log_every=100),
+              "eval.num_samples": 64},
+    # The largest fair test of each claim within 30 minutes on 2 cores (MINUTES["full"]):
+    # the README's headline verdicts.
+    "full": {},
     # Paper-like scale, for accelerators: a finer lattice and mesh, more conditions,
     # a deeper hierarchy, a wider network and long training.
     "paper": {
@@ -99,6 +105,12 @@ PRESETS = {
         "eval": dict(num_samples=32, ode_steps=8),
     },
 }
+
+
+# Wall minutes of `python -m experiments.main` at each preset, measured on the 2-core
+# machine (None: not measured yet). tests/experiments/test_contract.py checks quick <= 8
+# and full <= 30.
+MINUTES = {"quick": 5.0, "full": None}
 
 
 def get_config(preset: str | None = None):

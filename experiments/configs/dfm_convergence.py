@@ -42,8 +42,20 @@ BASE = dict(
 )
 
 PRESETS = {
-    # CPU, well under a minute.
+    # What `make reproduce` runs: at most 8 minutes on 2 cores (MINUTES["quick"]).
     "quick": {},
+    # The largest fair test of each claim within 30 minutes on 2 cores (MINUTES["full"]):
+    # the README's headline verdicts. Finer h and wider d (N up to 1024, d up to 128), the
+    # mixture in d = 32 too with 1000 coupled paths, a 4096-step reference and N up to
+    # 256, 100k sampler paths: about 6 minutes, estimated from quick's 1.8 (compile-bound:
+    # one compile per d and per mixture N; the d = 128 Gaussian recursion is ~20 GFLOP).
+    "full": {
+        "gaussian": dict(num_steps=(8, 16, 32, 64, 128, 256, 512, 1024),
+                         dims=(1, 2, 4, 8, 16, 32, 64, 128)),
+        "mixture": dict(dims=(2, 8, 32), samples=1000, ref_steps=4096,
+                        steps=(8, 16, 32, 64, 128, 256), sinkhorn_samples=800),
+        "check.samples": 100000,
+    },
     # Larger sweeps, for accelerators.
     "paper": {
         "gaussian": dict(num_steps=(8, 16, 32, 64, 128, 256, 512, 1024, 2048),
@@ -60,6 +72,12 @@ PRESETS = {
         "check.samples": 4000,
     },
 }
+
+
+# Wall minutes of `python -m experiments.main` at each preset, measured on the 2-core
+# machine (None: not measured yet). tests/experiments/test_contract.py checks quick <= 8
+# and full <= 30.
+MINUTES = {"quick": 1.8, "full": None}
 
 
 def get_config(preset: str | None = None):

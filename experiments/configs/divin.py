@@ -67,8 +67,18 @@ BASE = dict(
 )
 
 PRESETS = {
-    # CPU, about 3 minutes: what `make reproduce` runs.
+    # What `make reproduce` runs: at most 8 minutes on 2 cores (MINUTES["quick"]).
     "quick": {},
+    # The largest fair test of each claim within 30 minutes on 2 cores (MINUTES["full"]):
+    # the README's headline verdicts. Finer sweeps (4 strengths per method, not 2), 1000 samples
+    # per class (not 400), twice the training (6000 steps): about 18 minutes, estimated from
+    # quick's 3.9 (sampling ~4.7x: 51 points of 2.5x the samples; training 2x).
+    "full": {
+        "toy": dict(samples_per_class=1000, divin_taus=(0.02, 0.05, 0.1, 0.2),
+                    cads_noise_scales=(0.1, 0.25, 0.5, 0.75),
+                    pg_alphas=(2.0, 5.0, 10.0, 20.0)),
+        "toy.train": dict(num_steps=6000, checkpoint_every=3000),
+    },
     # Paper-like scale, for accelerators: longer training, more samples, finer sweeps.
     "paper": {
         "toy": dict(samples_per_class=2000, sample_steps=100,
@@ -90,6 +100,12 @@ PRESETS = {
 }
 
 CASES = ("toy", "image")
+
+
+# Wall minutes of `python -m experiments.main` at each preset, measured on the 2-core
+# machine (None: not measured yet). tests/experiments/test_contract.py checks quick <= 8
+# and full <= 30.
+MINUTES = {"quick": 3.9, "full": None}
 
 
 def get_config(preset: str | None = None):

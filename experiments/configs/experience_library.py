@@ -63,8 +63,14 @@ BASE = dict(
 )
 
 PRESETS = {
-    # CPU, seconds, simulated roles: what `make reproduce` runs.
+    # What `make reproduce` runs: at most 8 minutes on 2 cores (MINUTES["quick"]).
     "quick": {},
+    # The largest fair test of each claim within 30 minutes on 2 cores (MINUTES["full"]):
+    # the README's headline verdicts. 60 seeds (quick: 3; paired: the same task draws and roles for
+    # every method), 900 test problems (quick: 300), the same 60 steps and bars: about 11
+    # minutes, estimated from quick's 0.5 (about 15 s of start-up, then about 5 s per seed,
+    # and 10 s per seed at 900 test problems by process CPU time).
+    "full": {"num_seeds": 60, "data.test_size": 900},
     # A real LLM as both roles on MATH-style JSONL: set text_model and data.problems_path.
     "paper": {"text_model": "http://127.0.0.1:8000/v1", "num_seeds": 1, "capacity": 30, "steps": 100, "batch_size": 32,
               "heldout_size": 32, "audit_size": 64, "eval_every": 10,
@@ -74,6 +80,12 @@ PRESETS = {
     "tiny": {"num_seeds": 1, "data": dict(num_families=12, test_size=150), "capacity": 8, "steps": 30,
              "heldout_size": 24, "audit_size": 64},
 }
+
+
+# Wall minutes of `python -m experiments.main` at each preset, measured on the 2-core
+# machine (None: not measured yet). tests/experiments/test_contract.py checks quick <= 8
+# and full <= 30.
+MINUTES = {"quick": 0.5, "full": None}
 
 
 def get_config(preset: str | None = None):

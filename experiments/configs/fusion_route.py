@@ -3,6 +3,8 @@
 Launch:
   python -m experiments.main --config=experiments/configs/fusion_route.py:quick \
       --workdir=results/fusion_route
+  python -m experiments.main --config=experiments/configs/fusion_route.py:full \
+      --workdir=/tmp/fusion_route_full
   python -m experiments.main --config=experiments/configs/fusion_route.py:tiny \
       --workdir=/tmp/fusion_route_tiny
   python -m experiments.main --config=experiments/configs/fusion_route.py:paper \
@@ -11,7 +13,7 @@ Launch:
       --config.paper.router_checkpoint=/models/Qwen2.5-0.5B \
       --config.paper.base_checkpoint=/models/Qwen2.5-1.5B
 
-Quick and tiny presets train everything here on byte tokens: a base LM of the expert
+Quick, full and tiny presets train everything here on byte tokens: a base LM of the expert
 size on the union of the four domains (`methods/fusion_route/data.py`: stdlib prose,
 code, docstrings, generated arithmetic, plus mixed documents of them), one expert per
 domain fine-tuned from it (`experts`, `expert_train`), the direct fine-tuning baseline
@@ -88,8 +90,16 @@ BASE = dict(
 )
 
 PRESETS = {
-    # CPU, about 12 minutes: what `make reproduce` runs.
-    "quick": {},
+    # What `make reproduce` runs: at most 8 minutes on 2 cores (MINUTES["quick"]).
+    # A third of full's training steps (base, experts, router LM and coverage 100 of 300,
+    # stage 1 150 of 400), CDPO on 256 pairs for 50 steps.
+    "quick": {"base_train.train.num_steps": 100, "expert_train.train.num_steps": 100,
+              "router_pretrain.train.num_steps": 100, "stage1.train.num_steps": 150,
+              "coverage.steps": 100, "stage2.num_pairs": 256,
+              "stage2.train.num_steps": 50},
+    # The largest fair test of each claim within 30 minutes on 2 cores (MINUTES["full"]):
+    # the README's headline verdicts.
+    "full": {},
     # Accelerators, or point paper.* at local HF checkpoints for the paper's setting.
     "paper": {"expert": dict(d_model=512, num_layers=8, num_heads=8, num_kv_heads=4,
                              d_ff=1536),
@@ -126,6 +136,12 @@ PRESETS = {
              "coverage.steps": 20, "seq_route_prefix": 4,
              "eval": dict(batch_size=16, max_windows=16)},
 }
+
+
+# Wall minutes of `python -m experiments.main` at each preset, measured on the 2-core
+# machine (None: not measured yet). tests/experiments/test_contract.py checks quick <= 8
+# and full <= 30.
+MINUTES = {"quick": 5.7, "full": 12.1}
 
 
 def get_config(preset: str | None = None):

@@ -53,8 +53,14 @@ BASE = dict(
 )
 
 PRESETS = {
-    # CPU, a few minutes (the trained LM is reused from <parent of workdir>/lm).
+    # What `make reproduce` runs: at most 8 minutes on 2 cores (MINUTES["quick"]), after
+    # the LM exists (the quick LM, reused from <parent of workdir>/lm).
     "quick": {},
+    # The largest fair test of each claim within 30 minutes on 2 cores (MINUTES["full"]):
+    # the README's headline verdicts. The full LM; twice the estimator pairs and cache
+    # queries, 4x the end-to-end windows.
+    "full": {"lm": lm_lib.PRESETS["full"], "estimator.pairs": 96, "synthetic.queries": 32,
+             "real.queries": 32, "e2e.windows": 64},
     # Accelerators: the paper's context lengths and the larger LM.
     "paper": {
         "lm": lm_lib.PRESETS["paper"],
@@ -79,6 +85,12 @@ PRESETS = {
                     recent_window=4, interval=4, max_budget=16),
     },
 }
+
+
+# Wall minutes of `python -m experiments.main` at each preset, measured on the 2-core
+# machine (None: not measured yet). tests/experiments/test_contract.py checks quick <= 8
+# and full <= 30.
+MINUTES = {"quick": 2.5, "full": None}
 
 
 def get_config(preset: str | None = None):

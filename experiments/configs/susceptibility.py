@@ -61,8 +61,15 @@ BASE = dict(
 )
 
 PRESETS = {
-    # CPU, a few minutes (plus the LM, reused from the `lm` run or workdir/lm).
+    # What `make reproduce` runs: at most 8 minutes on 2 cores (MINUTES["quick"]), plus
+    # the quick LM (reused from the `lm` run or workdir/lm).
     "quick": {},
+    # The largest fair test of each claim within 30 minutes on 2 cores (MINUTES["full"]):
+    # the README's headline verdicts. The full LM; twice the SGLD chains (calibration,
+    # synthetic, LM) and the LM's probe windows.
+    "full": {"lm": lm_lib.PRESETS["full"], "calibration.chains": 16,
+             "synthetic.sgld.chains": 8,
+             "real_lm": dict(probe_windows=32, sgld=dict(chains=4))},
     # Accelerators: longer chains, more probe tokens, the paper-size LM.
     "paper": {"calibration": dict(chains=16, draws=10000),
               "model.d_model": 128, "train": dict(num_steps=6000, log_every=600),
@@ -84,6 +91,12 @@ PRESETS = {
 
 PARTS = ("calibration", "synthetic", "lm")
 SGLD = ("synthetic.sgld", "real_lm.sgld")
+
+
+# Wall minutes of `python -m experiments.main` at each preset, measured on the 2-core
+# machine (None: not measured yet). tests/experiments/test_contract.py checks quick <= 8
+# and full <= 30.
+MINUTES = {"quick": 4.7, "full": None}
 
 
 def get_config(preset: str | None = None):

@@ -202,7 +202,10 @@ def test_runner_validates_creates_workdir_enables_x64_and_saves(tmp_path, monkey
 
   workdir = tmp_path / "new" / "dir"
   result = run(ml_collections.ConfigDict({"n": 1, "x64": True}), str(workdir))
-  assert seen == {"dtype": jnp.float64, "exists": True}
+  assert seen == {"dtype": jnp.float64, "exists": True} and not result.resumed
+  assert not run(ml_collections.ConfigDict({"n": 1, "x64": True}), str(workdir)).resumed
+  (workdir / "stages").mkdir()  # Run state: this run's seconds are not a whole run's.
+  assert run(ml_collections.ConfigDict({"n": 1, "x64": True}), str(workdir)).resumed
   assert result.seconds >= 0 and result.seconds != 1.0  # the runner's clock, not the body's
   assert report.load_result(str(workdir)).claims == result.claims
   assert report.get("demo64").run is run

@@ -14,6 +14,7 @@ import pytest
 
 from common import config as config_lib
 from common import report
+from common import trials
 from experiments import registry
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -29,6 +30,8 @@ def test_every_experiment_module_is_registered_with_a_config():
     assert os.path.isfile(os.path.join(REPO, "docs", f"{name}.md")), f"docs/{name}.md missing"
     # The registry holds the runner (validate, x64, timing, result.json), not the body.
     assert report.get(name).run.__wrapped__ is not None
+    # Presets other than quick run in results/<preset>/<name> (report.run_dir).
+    assert name not in ("quick", "full", "paper", "tiny"), f"{name} is a preset's name"
 
 
 def _benchmark_coverage() -> dict[str, str]:
@@ -85,8 +88,9 @@ def test_readme_has_one_results_row_per_experiment():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_experiment_has_a_benchmark_and_a_readme_row(name):
-  """Its README row links its docs page and its REPORT.md section, and its quick count
-  (claims reproduced / checked) is the committed results/<name>/result.json's."""
+  """Its README row links its docs page and its REPORT.md section, and its quick and
+  full counts (claims reproduced / checked) are the committed results/<name>/ and
+  results/full/<name>/ result.json's."""
   assert name in _benchmark_coverage(), (
       f"no experiments/benchmarks/{name}.py and no benchmark with {name!r} in COVERS")
   rows = [row for row in _readme_results_rows() if f"`{name}`" in row[0]]
@@ -100,20 +104,48 @@ def test_every_experiment_has_a_benchmark_and_a_readme_row(name):
   if os.path.exists(report_md):
     with open(report_md) as f:
       assert f'<a id="{name}"></a>' in f.read(), f"results/REPORT.md has no section {name}"
-  result = report.load_result(os.path.join(REPO, "results", name))
-  if result is None:
-    assert quick in NOT_RUN, (
-        f"README.md gives {name} the quick count {quick!r}, but results/{name}/result.json "
-        f"is not there: say {NOT_RUN[0]!r}")
-  else:
-    done, checked = report.claims_count(result)
-    assert quick == f"{done}/{checked}", (
-        f"README.md gives {name} the quick count {quick!r}; results/{name}/result.json "
-        f"has {done}/{checked}")
-  # No full-preset results are committed yet; when they are, compare them as above.
-  assert full in NOT_RUN, (
-      f"README.md gives {name} the full count {full!r}, but no full-preset result is "
-      f"committed: say {NOT_RUN[0]!r}")
+  for preset, cell in (("quick", quick), ("full", full)):
+    folder = os.path.relpath(report.run_dir("results", preset, name))
+    result = report.load_result(os.path.join(REPO, folder))
+    if result is None:
+      assert cell in NOT_RUN, (
+          f"README.md gives {name} the {preset} count {cell!r}, but {folder}/result.json "
+          f"is not there: say {NOT_RUN[0]!r}")
+    else:
+      done, checked = report.claims_count(result)
+      assert cell == f"{done}/{checked}", (
+          f"README.md gives {name} the {preset} count {cell!r}; {folder}/result.json "
+          f"has {done}/{checked}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_presets_declare_their_minutes_and_results_their_config(name):
+  """Every experiment has quick and full presets; the config module declares their
+  measured minutes, MINUTES = {"quick": <= 8, "full": <= 30 or None until measured},
+  never fewer than the committed run took; a committed result that records its config
+  came from today's config of its preset (change a preset, rerun it)."""
+  module = registry.config_module(name)
+  assert {"quick", "full"} <= set(module.PRESETS), f"{name} needs quick and full presets"
+  minutes = getattr(module, "MINUTES", None)
+  assert isinstance(minutes, dict) and set(minutes) == {"quick", "full"}, (
+      f"experiments/configs/{name}.py needs MINUTES = {{'quick': m, 'full': m or None}}")
+  for preset, cap in (("quick", 8.0), ("full", 30.0)):
+    declared = minutes[preset]
+    if declared is None and preset == "full":
+      continue
+    assert isinstance(declared, (int, float)) and 0 < declared <= cap, (
+        f"{name}: MINUTES[{preset!r}]={declared!r}, expected a number in (0, {cap:g}]")
+    result = report.load_result(os.path.join(REPO, report.run_dir("results", preset, name)))
+    if result is None or not result.fingerprint:
+      continue
+    current = trials.config_fingerprint(module.get_config(preset))
+    assert result.fingerprint == current, (
+        f"results for {name} at {preset} came from another config than today's "
+        f"{preset} preset: rerun it (python -m experiments.reproduce --only={name} "
+        f"--preset={preset})")
+    assert result.resumed or result.seconds / 60 <= 1.1 * declared + 0.2, (
+        f"{name}: MINUTES[{preset!r}]={declared} but its committed run took "
+        f"{result.seconds / 60:.1f} minutes")
 
 
 def _experiment_files() -> list[str]:
@@ -156,7 +188,7 @@ def test_experiment_code_stays_thin(path):
 @pytest.mark.parametrize("name", NAMES)
 def test_every_preset_loads_validates_and_is_locked(name):
   module = registry.config_module(name)
-  assert {"quick", "paper", "tiny"} <= set(module.PRESETS)
+  assert {"quick", "full", "paper", "tiny"} <= set(module.PRESETS)
   for preset in module.PRESETS:
     config = module.get_config(preset)
     assert config.method == name and config.preset == preset
