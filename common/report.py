@@ -275,6 +275,19 @@ def load_result(workdir: str) -> Result | None:
     return Result.from_json(json.load(f))
 
 
+NOT_RECORDED = "config not recorded"
+STALE = "stale: its config changed since"
+
+
+def config_status(result: Result, config) -> str:
+  """"" when ``result`` came from ``config`` (its recorded `trials.config_fingerprint`
+  equals today's), else why not: `NOT_RECORDED` (a result older than fingerprints) or
+  `STALE`."""
+  if not result.fingerprint:
+    return NOT_RECORDED
+  return "" if result.fingerprint == trials.config_fingerprint(config) else STALE
+
+
 def _cell(text: str) -> str:
   return str(text).replace("|", "\\|").replace("\n", " ")
 

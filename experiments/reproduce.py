@@ -67,12 +67,11 @@ def _run_order(names: list[str]) -> list[str]:
 def _status(name: str, result: report.Result, preset: str) -> str:
   """"" when ``result`` came from today's config of ``name`` at ``preset``."""
   if not result.fingerprint:
-    return "config not recorded"
+    return report.NOT_RECORDED
   module = registry.config_module(name)
   if preset not in getattr(module, "PRESETS", {}):
     return f"no {preset} preset now"
-  current = trials.config_fingerprint(module.get_config(preset))
-  return "" if current == result.fingerprint else "stale: its config changed since"
+  return report.config_status(result, module.get_config(preset))
 
 
 def _entries(experiments: dict, workdir: str, preset: str, fresh: dict, failed: list[str]):

@@ -9,6 +9,7 @@ import ml_collections
 import pytest
 
 from common import report
+from common import trials
 from experiments import registry
 from experiments import reproduce
 
@@ -231,3 +232,13 @@ def test_runner_rejects_a_bad_workdir_before_any_work(tmp_path, monkeypatch):
       run(ml_collections.ConfigDict({"n": 1}), workdir)
     assert "\n" not in str(info.value)
   assert calls == []
+
+
+def test_config_status_compares_the_recorded_fingerprint_with_todays_config():
+  config = ml_collections.ConfigDict({"seed": 0, "steps": 3})
+  result = report.Result(claims=[], figures={}, fingerprint=trials.config_fingerprint(config))
+  assert report.config_status(result, config) == ""
+  assert report.config_status(result, ml_collections.ConfigDict({"seed": 0, "steps": 4})) \
+      == report.STALE
+  assert report.config_status(report.Result(claims=[], figures={}), config) \
+      == report.NOT_RECORDED
