@@ -67,9 +67,8 @@ PRESETS = {
     "quick": {},
     # The largest fair test of each claim within 30 minutes on 2 cores (MINUTES["full"]):
     # the README's headline verdicts. 60 seeds (quick: 3; paired: the same task draws and roles for
-    # every method), 900 test problems (quick: 300), the same 60 steps and bars: about 11
-    # minutes, estimated from quick's 0.5 (about 15 s of start-up, then about 5 s per seed,
-    # and 10 s per seed at 900 test problems by process CPU time).
+    # every method), 900 test problems (quick: 300), the same 60 steps and bars: 26.1
+    # minutes measured, pinned to one of the two cores while the other was busy.
     "full": {"num_seeds": 60, "data.test_size": 900},
     # A real LLM as both roles on MATH-style JSONL: set text_model and data.problems_path.
     "paper": {"text_model": "http://127.0.0.1:8000/v1", "num_seeds": 1, "capacity": 30, "steps": 100, "batch_size": 32,
@@ -85,7 +84,7 @@ PRESETS = {
 # Wall minutes of `python -m experiments.main` at each preset, measured on the 2-core
 # machine (None: not measured yet). tests/experiments/test_contract.py checks quick <= 8
 # and full <= 30.
-MINUTES = {"quick": 0.9, "full": None}
+MINUTES = {"quick": 0.9, "full": 26.1}
 
 
 def get_config(preset: str | None = None):
