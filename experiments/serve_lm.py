@@ -3,6 +3,7 @@
   python -m experiments.serve_lm --checkpoint=DIR --port=8000 [--host=127.0.0.1]
       [--model_name=NAME] [--batch_size=16] [--max_tokens_limit=0]
       [--chat_template=auto|plain|chatml] [--batch_wait_ms=2] [--log_level=warning]
+      [--api_key_env=NAME]
 
 DIR is a Hugging Face folder (config.json, *.safetensors, tokenizer.json): a Qwen/Llama
 checkpoint, or the shared LM exported with `save_hf_checkpoint` + `save_byte_tokenizer`;
@@ -12,6 +13,9 @@ jinja2 template when it has one (SmolLM2's ChatML), else plain.
 It is opened with `LocalTextModel.from_checkpoint` and served with uvicorn through
 `common.llm.server.make_app` (/health, /v1/models, /v1/completions,
 /v1/chat/completions; OpenAI's response and error shapes; one batching decode worker).
+With `--api_key_env=NAME` every request but /health needs "Authorization: Bearer <key>"
+with the key from that environment variable (else a 401); without one, listening on an
+address other than loopback prints a warning, since anyone who reaches it can use the model.
 Bad flags, a busy port or an unreadable checkpoint end the program with one line (exit
 2). This module is only the entrypoint: the app, the batcher and the launch helpers
 (`start_subprocess` / `serving`, which run this command, and `serving_app`) live in
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Sequence
 
 from absl import app as absl_app
@@ -29,6 +34,7 @@ from absl import flags
 
 from common import config as config_lib
 from common.llm import base
+from common.llm import http
 from common.llm import local
 from common.llm import server
 from common.models import zoo
@@ -54,6 +60,9 @@ def define_flags() -> None:
                      "while each window brings another request (at most 10 windows).")
   flags.DEFINE_enum("log_level", "warning", ["critical", "error", "warning", "info", "debug"],
                     "uvicorn's log level.")
+  flags.DEFINE_string("api_key_env", "", "Environment variable holding an API key that "
+                      "every request but /health must send as 'Authorization: Bearer <key>' "
+                      "(empty: no key).")
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -78,6 +87,9 @@ def parse_flags(argv: list[str]) -> list[str]:
       config_lib.die(f"--{name} must be >= {minimum}, got {getattr(FLAGS, name)}")
   if not 0 <= FLAGS.batch_wait_ms <= 1000:
     config_lib.die(f"--batch_wait_ms must be in [0, 1000], got {FLAGS.batch_wait_ms}")
+  if FLAGS.api_key_env and not os.environ.get(FLAGS.api_key_env):
+    config_lib.die(f"--api_key_env={FLAGS.api_key_env}: that environment variable is not set "
+                   "or empty; export the key in it, or drop the flag to serve without one")
   return rest
 
 
@@ -101,11 +113,15 @@ def main(argv: Sequence[str]) -> None:
                                                       batch_size=FLAGS.batch_size)
   except (OSError, ValueError, KeyError) as e:
     config_lib.die(f"--checkpoint={FLAGS.checkpoint}: {e}")
+  api_key = os.environ[FLAGS.api_key_env] if FLAGS.api_key_env else None
+  if api_key is None and not http.is_loopback(FLAGS.host):
+    print(f"serve_lm: warning: listening on {FLAGS.host} with no API key: anyone who can "
+          "reach it can use the model (--api_key_env=NAME)", file=sys.stderr, flush=True)
   name = FLAGS.model_name or os.path.basename(os.path.normpath(FLAGS.checkpoint))
   template = None if FLAGS.chat_template == "auto" else FLAGS.chat_template
   api = server.make_app(text_model, model_name=name, chat_template=template,
                         batch_size=FLAGS.batch_size, batch_wait_s=FLAGS.batch_wait_ms / 1000,
-                        max_tokens_limit=FLAGS.max_tokens_limit or None)
+                        max_tokens_limit=FLAGS.max_tokens_limit or None, api_key=api_key)
   print(f"serve_lm: {name} ({FLAGS.checkpoint}, context {text_model.context}) on "
         f"http://{FLAGS.host}:{FLAGS.port}/v1", flush=True)
   uvicorn.run(api, host=FLAGS.host, port=FLAGS.port, log_level=FLAGS.log_level,

@@ -11,14 +11,14 @@ command line `python -m experiments.serve_lm`): import it as a submodule, since 
 re-exported here, so that `import common.llm` does not load fastapi. See docs/llm.md.
 """
 
-from common.llm.base import (CHAT_TEMPLATES, ChatMessage, TextModel, apply_stop,
+from common.llm.base import (CHAT_TEMPLATES, ChatMessage, Completion, TextModel, apply_stop,
                              chat_template_of, check_messages, check_request, format_chat)
 from common.llm.http import HTTPTextModel, TextModelError
 from common.llm.local import (LocalTextModel, end_token_id, generate_in_batches,
                               load_checkpoint)
 from common.llm.spec import SPEC_FORMS, check_spec, spec_kwargs, text_model_from_spec
 
-__all__ = ["CHAT_TEMPLATES", "ChatMessage", "HTTPTextModel", "LocalTextModel", "SPEC_FORMS",
+__all__ = ["CHAT_TEMPLATES", "ChatMessage", "Completion", "HTTPTextModel", "LocalTextModel", "SPEC_FORMS",
            "TextModel", "TextModelError", "apply_stop", "chat_template_of", "check_messages",
            "check_request",
            "check_spec", "end_token_id", "format_chat", "generate_in_batches",

@@ -27,6 +27,26 @@ class TextModel(Protocol):
     """One continuation per prompt, in order."""
 
 
+class Completion(NamedTuple):
+  """One continuation and what its backend knows of it: `tokens`, the ids it generated
+  (the end token included, up to the one that completed a stop string), and
+  `finish_reason`, "stop" (the end token or a stop string) or "length" (max_tokens);
+  None where the backend cannot tell (a remote or simulated model)."""
+  text: str
+  tokens: int | None = None
+  finish_reason: str | None = None
+
+
+def generate(text_model: TextModel, prompts: Sequence[str], *, max_tokens: int,
+             temperature: float = 0.0, stop: Sequence[str] = ()) -> list[Completion]:
+  """`text_model.generate(...)` where it has one (token counts and finish reasons, as
+  `LocalTextModel`), else its `complete(...)` texts as `Completion`s without them."""
+  kwargs = dict(max_tokens=max_tokens, temperature=temperature, stop=stop)
+  if hasattr(text_model, "generate"):
+    return list(text_model.generate(prompts, **kwargs))
+  return [Completion(text) for text in text_model.complete(prompts, **kwargs)]
+
+
 class ChatMessage(NamedTuple):
   """One chat turn: `role` is "system", "user" or "assistant"."""
   role: str

@@ -7,12 +7,14 @@ request) or `{base_url}/chat/completions` (one request per prompt, a few at a ti
 with a timeout, bounded retries with exponential backoff (connection errors, timeouts,
 429 and 5xx only; never other 4xx), and one-line `TextModelError`s that name the URL
 and carry the server's own message. The API key, if any, is read from an environment
-variable, never from a file.
+variable, never from a file, and is sent only over https or to a loopback address
+(`send_key_over_http=True` for a trusted plain-http network).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import ipaddress
 import json
 import logging
 import math
@@ -20,17 +22,43 @@ import os
 import time
 from collections.abc import Sequence
 from typing import Any
+from urllib import parse as urlparse
 
 import httpx
 
 from common.llm import base
 
 ENDPOINTS = ("completions", "chat")
+LOG = logging.getLogger(__name__)
 _RETRIED = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 # httpx logs every request at INFO, which absl shows: one line per call in an experiment.
 if logging.getLogger("httpx").level == logging.NOTSET:
   logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def is_loopback(host: str) -> bool:
+  """Whether `host` (a name or an address, IPv6 with or without brackets) is this
+  machine's loopback: "localhost", 127.0.0.0/8 or ::1.
+
+  Example:
+    >>> is_loopback("127.0.0.1"), is_loopback("[::1]"), is_loopback("0.0.0.0")
+    (True, True, False)
+  """
+  host = host.strip("[]").lower()
+  if host == "localhost":
+    return True
+  try:
+    return ipaddress.ip_address(host).is_loopback
+  except ValueError:
+    return False
+
+
+def key_allowed(base_url: str) -> bool:
+  """Whether a bearer key may go to `base_url` without leaving in clear text over the
+  network: https, or a loopback host."""
+  url = urlparse.urlsplit(base_url)
+  return url.scheme == "https" or is_loopback(url.hostname or "")
 
 
 class TextModelError(RuntimeError):
@@ -123,7 +151,10 @@ class HTTPTextModel:
     model: the model name sent with each request; None asks the server
       (`GET {base_url}/models`) and takes the first one it lists.
     api_key_env: the environment variable holding the API key; when it is set, requests
-      carry "Authorization: Bearer <key>".
+      carry "Authorization: Bearer <key>" if `base_url` is https or a loopback address
+      (else the key stays here and a warning says so).
+    send_key_over_http: send the key over plain http to another host too (a trusted
+      network).
     timeout: seconds to connect, and to wait for each read or write.
     max_retries: further attempts after a connection error, timeout, 429 or 5xx.
     backoff: the wait before retry k is backoff * 2**(k - 1) seconds.
@@ -142,7 +173,8 @@ class HTTPTextModel:
   def __init__(self, base_url: str, *, model: str | None = None,
                api_key_env: str = "OPENAI_API_KEY", timeout: float = 60.0,
                max_retries: int = 2, backoff: float = 0.5, endpoint: str = "completions",
-               max_concurrency: int = 8, transport: httpx.BaseTransport | None = None):
+               max_concurrency: int = 8, transport: httpx.BaseTransport | None = None,
+               send_key_over_http: bool = False):
     if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
       raise ValueError(f"base_url must start with http:// or https:// (e.g. "
                        f"http://127.0.0.1:8000/v1), got {base_url!r}")
@@ -156,6 +188,11 @@ class HTTPTextModel:
     self.model, self.endpoint, self.timeout = model, endpoint, float(timeout)
     self.max_retries, self.backoff, self.max_concurrency = max_retries, backoff, max_concurrency
     key = os.environ.get(api_key_env) if api_key_env else None
+    if key and not (send_key_over_http or key_allowed(self.base_url)):
+      LOG.warning("not sending the API key from $%s to %s: plain http to a host that is not "
+                  "loopback (use https, or send_key_over_http=True on a trusted network)",
+                  api_key_env, self.base_url)
+      key = None
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     self._client = httpx.Client(timeout=self.timeout, headers=headers, transport=transport)
     self._served: list[dict] | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -102,6 +102,38 @@ def generate_in_batches(model: Transformer, params: Any, encoded: Sequence[Seque
   return out_ids
 
 
+def completion_of(ids: Sequence[int], decode: Callable[[Sequence[int]], str],
+                  eos_id: int | None, stop: Sequence[str] = ()) -> base.Completion:
+  """One row of generated ids (the end token included, if it came) as a `Completion`.
+
+  The text is `decode` of the ids before the end token, cut before the first stop
+  string. `tokens` counts the ids generated up to the end: all of them, or, when a stop
+  string cuts the text, those up to the one that completes it (the smallest k whose
+  `decode(ids[:k])` holds a stop string; prefixes only grow, so a bisection finds it).
+  `finish_reason` is "stop" for the end token or a stop string, else "length".
+
+  Example:
+    >>> completion_of([104, 105, 0], lambda ids: bytes(ids).decode(), eos_id=0)
+    Completion(text='hi', tokens=3, finish_reason='stop')
+  """
+  ids = list(ids)
+  ended = bool(ids) and eos_id is not None and ids[-1] == eos_id
+  body = ids[:-1] if ended else ids
+  text = decode(body)
+  cut = base.apply_stop(text, stop)
+  if len(cut) == len(text):
+    return base.Completion(text, len(ids), "stop" if ended else "length")
+  lo, hi = 1, len(body)
+  while lo < hi:
+    mid = (lo + hi) // 2
+    prefix = decode(body[:mid])
+    if len(base.apply_stop(prefix, stop)) < len(prefix):
+      hi = mid
+    else:
+      lo = mid + 1
+  return base.Completion(cut, lo, "stop")
+
+
 class LocalTextModel:
   """A `TextModel` over a `Transformer` and its tokenizer.
 
@@ -163,6 +195,13 @@ class LocalTextModel:
   def complete(self, prompts: Sequence[str], *, max_tokens: int, temperature: float = 0.0,
                stop: Sequence[str] = (), top_p: float = 1.0) -> list[str]:
     """One continuation per prompt (see `common.llm.base`)."""
+    return [c.text for c in self.generate(prompts, max_tokens=max_tokens,
+                                          temperature=temperature, stop=stop, top_p=top_p)]
+
+  def generate(self, prompts: Sequence[str], *, max_tokens: int, temperature: float = 0.0,
+               stop: Sequence[str] = (), top_p: float = 1.0) -> list[base.Completion]:
+    """`complete`'s continuations with their token counts and finish reasons
+    (`base.Completion`): what the server reports as usage.completion_tokens."""
     prompts = base.check_request(prompts, max_tokens, temperature, stop)
     encoded = self._encode(prompts, max_tokens)
     key = jax.random.fold_in(self._key, self._calls)
@@ -173,9 +212,8 @@ class LocalTextModel:
         self.model, self.params, encoded, batch_size=self.batch_size, width=width,
         max_new_tokens=max_tokens, key=key, temperature=temperature, top_p=top_p,
         eos_id=self.eos_id, pad_id=self.pad_id)
-    texts = []
-    for ids in completions:
-      if ids and self.eos_id is not None and ids[-1] == self.eos_id:
-        ids = ids[:-1]
-      texts.append(self.tokenizer.decode(np.asarray(ids, np.int64)))
-    return [base.apply_stop(t, stop) for t in texts]
+
+    def decode(ids):
+      return self.tokenizer.decode(np.asarray(ids, np.int64))
+
+    return [completion_of(ids, decode, self.eos_id, stop) for ids in completions]

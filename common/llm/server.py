@@ -10,11 +10,16 @@ a simulated role, ...):
   POST /v1/chat/completions  messages -> the chat template -> one prompt (the
                              checkpoint's own jinja2 template when it carries one)
 
-Responses have OpenAI's shape (id, object, created, model, choices, usage; token counts
-from the model's tokenizer). A malformed body is a 422, a bad request (a prompt plus
-max_tokens longer than the context, n > 1, stream) a 400, both with OpenAI's
-{"error": {"message", "type"}}. One decode worker (`Batcher`) runs `complete` in a
-thread, so the event loop (and /health) keeps answering while it decodes; requests that
+Responses have OpenAI's shape (id, object, created, model, choices, usage: prompt tokens
+by the model's tokenizer, completion tokens as the ids generated, the end token
+included). Every error has OpenAI's body {"error": {"message", "type", "param",
+"code"}}: a malformed body is a 422; a bad request (a prompt plus max_tokens longer than
+the context, n > 1, stream, or a field that would change the output and that we do not
+implement: echo, logprobs, best_of, suffix, top_p != 1, ...) a 400 naming it; an unknown
+path a 404, a wrong method a 405; with `api_key`, a request without the key a 401; a
+request the server cannot finish because it is shutting down a 503; a failure inside
+the server a 500 that names no internals (the exception goes to the "serve_lm" log).
+One decode worker (`Batcher`) runs the text model in a thread, so the event loop (and /health) keeps answering while it decodes; requests that
 share (max_tokens, temperature, stop) and arrive while it is busy, or within
 `batch_wait_s` of each other, are decoded together in one batched call of at most
 `batch_size` prompts.
@@ -34,6 +39,8 @@ import collections
 import concurrent.futures
 import contextlib
 import functools
+import hmac
+import logging
 import os
 import socket
 import subprocess
@@ -49,19 +56,23 @@ import fastapi
 from fastapi import exceptions as fastapi_exceptions
 from fastapi import responses
 import pydantic
+from starlette import exceptions as starlette_exceptions
 
 from common.llm import base
 
 # `start_subprocess` runs `python -m ENTRYPOINT` (the command line) in REPO, the repo root.
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENTRYPOINT = "experiments.serve_lm"
+LOG = logging.getLogger("serve_lm")
 
 
 # ----------------------------------------------------------------------- request bodies
 
 
 class _Body(pydantic.BaseModel):
-  """Fields both endpoints share; fields not listed (top_p, seed, ...) are ignored."""
+  """Fields both endpoints share. Other OpenAI fields are checked by `_check_extra`: a
+  400 names any that would change the output, never silently ignored."""
+  model_config = pydantic.ConfigDict(extra="allow")
   model: str | None = None
   temperature: float = pydantic.Field(1.0, ge=0.0, allow_inf_nan=False)
   stop: str | list[str] | None = None
@@ -85,10 +96,49 @@ class ChatBody(_Body):
   max_completion_tokens: int | None = pydantic.Field(None, ge=1)
 
 
+# OpenAI fields that do not change the output, and those accepted only at the value that
+# leaves it unchanged (any other value, and any other field, is a 400 naming it).
+HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "stream_options"})
+NEUTRAL_VALUES = {"echo": (None, False), "logprobs": (None, False), "top_logprobs": (None, 0),
+                  "best_of": (None, 1), "suffix": (None, ""), "top_p": (None, 1),
+                  "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
+                  "logit_bias": (None, {}), "tools": (None, []), "functions": (None, []),
+                  "tool_choice": (None, "none", "auto"), "seed": (None,),
+                  "response_format": (None, {"type": "text"})}
+
+
+def _same(value: Any, neutral: Any) -> bool:
+  """`value` is `neutral` (True is not 1, 1.0 is 1)."""
+  if neutral is None or isinstance(neutral, bool):
+    return value is neutral
+  if isinstance(neutral, (int, float)):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == neutral
+  return value == neutral
+
+
+def _check_extra(body: "_Body") -> None:
+  """A one-line ValueError (a 400) for the first field this server cannot honour (a seed
+  is honoured at temperature 0, where it changes nothing)."""
+  for name, value in (body.model_extra or {}).items():
+    if name in HARMLESS_FIELDS or (name == "seed" and body.temperature == 0):
+      continue
+    if name not in NEUTRAL_VALUES:
+      raise ValueError(f"{name} is not supported by this server; send only the fields "
+                       "that docs/llm.md lists")
+    if not any(_same(value, v) for v in NEUTRAL_VALUES[name]):
+      others = [repr(v) for v in NEUTRAL_VALUES[name] if v is not None]
+      raise ValueError(f"{name}={value!r} is not supported by this server; omit it"
+                       + (f" or send {' or '.join(others)}" if others else ""))
+
+
 # ----------------------------------------------------------------------------- batching
 
 
 MAX_WAIT_STEPS = 10    # a batch waits at most this many batch_wait windows for company
+
+
+class ServerClosing(RuntimeError):
+  """A job the worker will not decode: the server is shutting down (a 503)."""
 
 
 class _Job(NamedTuple):
@@ -115,6 +165,7 @@ class Batcher:
     self._held: collections.deque = collections.deque()
     self._executor: concurrent.futures.ThreadPoolExecutor | None = None
     self._task: asyncio.Task | None = None
+    self._decoding: list[_Job] = []
 
   def start(self) -> None:
     """Starts the worker on the running event loop (the app's lifespan calls it)."""
@@ -128,13 +179,21 @@ class Batcher:
     return {"busy": self.busy, "queued": queued, **self.counts}
 
   async def stop(self) -> None:
+    """Stops the worker; every job not yet answered fails with `ServerClosing`."""
+    pending = list(self._decoding) + list(self._held)
+    while self._queue is not None and not self._queue.empty():
+      pending.append(self._queue.get_nowait())
     if self._task is not None:
       self._task.cancel()
       with contextlib.suppress(asyncio.CancelledError):
         await self._task
+    for job in pending:
+      if not job.future.done():
+        job.future.set_exception(ServerClosing("the server is shutting down; retry the "
+                                               "request when it is back"))
     self._executor.shutdown(wait=False, cancel_futures=True)
 
-  async def submit(self, prompts: list[str], key: tuple) -> list[str]:
+  async def submit(self, prompts: list[str], key: tuple) -> list[base.Completion]:
     """The completions of `prompts`, decoded with whatever shares the key."""
     future = asyncio.get_running_loop().create_future()
     self.counts["requests"] += 1
@@ -176,9 +235,9 @@ class Batcher:
       return
     prompts = [p for job in batch for p in job.prompts]
     max_tokens, temperature, stop = batch[0].key
-    call = functools.partial(self.text_model.complete, prompts, max_tokens=max_tokens,
+    call = functools.partial(base.generate, self.text_model, prompts, max_tokens=max_tokens,
                              temperature=temperature, stop=stop)
-    self.busy = True
+    self.busy, self._decoding = True, batch
     self.counts["complete_calls"] += 1
     self.counts["prompts"] += len(prompts)
     try:
@@ -191,7 +250,7 @@ class Batcher:
         batch[0].future.set_exception(e)
       return
     finally:
-      self.busy = False
+      self.busy, self._decoding = False, []
     for job in batch:
       if not job.future.done():     # a client that went away leaves a cancelled future
         job.future.set_result(texts[:len(job.prompts)])
@@ -201,9 +260,10 @@ class Batcher:
 # ------------------------------------------------------------------------------- the app
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error"):
+def _error(status: int, message: str, kind: str = "invalid_request_error",
+           code: str | None = None):
   return responses.JSONResponse(status_code=status, content={"error": {
-      "message": " ".join(str(message).split()), "type": kind, "param": None, "code": None}})
+      "message": " ".join(str(message).split()), "type": kind, "param": None, "code": code}})
 
 
 class _Server(NamedTuple):
@@ -225,6 +285,7 @@ def _count(server: _Server, text: str) -> int:
 
 def _check(server: _Server, prompts: list[str], max_tokens: int, body: _Body) -> list[int]:
   """The prompts' token counts; a one-line ValueError (a 400) for anything we refuse."""
+  _check_extra(body)
   if body.n != 1:
     raise ValueError(f"n={body.n} is not supported; this server returns one choice per "
                      "prompt (n=1)")
@@ -251,9 +312,12 @@ async def _generate(server: _Server, prompts: list[str], max_tokens: int, body: 
   """(texts, finish reasons, usage) of one request."""
   counts = _check(server, prompts, max_tokens, body)
   stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-  texts = await server.batcher.submit(prompts, (max_tokens, float(body.temperature), stop))
-  lengths = [_count(server, t) for t in texts]
-  reasons = ["length" if n >= max_tokens else "stop" for n in lengths]
+  done = await server.batcher.submit(prompts, (max_tokens, float(body.temperature), stop))
+  texts = [c.text for c in done]
+  # The backend's own count of generated ids; a re-encoding where it has none.
+  lengths = [_count(server, c.text) if c.tokens is None else c.tokens for c in done]
+  reasons = [c.finish_reason or ("length" if n >= max_tokens else "stop")
+             for c, n in zip(done, lengths)]
   usage = {"prompt_tokens": sum(counts), "completion_tokens": sum(lengths),
            "total_tokens": sum(counts) + sum(lengths)}
   return texts, reasons, usage
@@ -272,9 +336,62 @@ def _validation_error(request, error: fastapi_exceptions.RequestValidationError)
   return _error(422, f"invalid request body: {message}")
 
 
+def _http_error(request, error: starlette_exceptions.HTTPException):
+  """404 and 405 (and any other HTTPException) in OpenAI's error body."""
+  if error.status_code == 404:
+    message = f"Invalid URL ({request.method} {request.url.path})"
+  elif error.status_code == 405:
+    message = f"Method {request.method} is not allowed for {request.url.path}"
+  else:
+    message = str(error.detail)
+  return _error(error.status_code, message)
+
+
 def _server_error(request, error: Exception):
-  del request
-  return _error(500, f"{type(error).__name__}: {error}", kind="server_error")
+  """A 500 that names no internals; the exception goes to the log."""
+  LOG.error("%s %s failed", request.method, request.url.path, exc_info=error)
+  return _error(500, "the server had an error while processing the request; its log has "
+                "the details", kind="server_error")
+
+
+def _closing_error():
+  return _error(503, "the server is shutting down; retry the request when it is back",
+                kind="server_error")
+
+
+class _Guard:
+  """ASGI middleware around the app: with an API key, a 401 for a request (but /health)
+  without "Authorization: Bearer <key>"; and a 503 in place of no answer for a request
+  that uvicorn cancels at shutdown (after its graceful-shutdown timeout)."""
+
+  def __init__(self, app, api_key: str | None):
+    self.app, self.api_key = app, api_key
+
+  def _authorized(self, scope) -> bool:
+    if self.api_key is None or scope["path"] == "/health":
+      return True
+    sent = dict(scope["headers"]).get(b"authorization", b"")
+    return hmac.compare_digest(sent, f"Bearer {self.api_key}".encode())
+
+  async def __call__(self, scope, receive, send):
+    if scope["type"] != "http":
+      return await self.app(scope, receive, send)
+    if not self._authorized(scope):
+      return await _error(401, "missing or wrong API key: send the header 'Authorization: "
+                          "Bearer <key>'", code="invalid_api_key")(scope, receive, send)
+    started = False
+
+    async def send_tracked(message):
+      nonlocal started
+      started = started or message["type"] == "http.response.start"
+      await send(message)
+
+    try:
+      await self.app(scope, receive, send_tracked)
+    except asyncio.CancelledError:
+      if started:
+        raise
+      await _closing_error()(scope, receive, send)
 
 
 def _routes(api: fastapi.FastAPI, server: _Server) -> None:
@@ -297,6 +414,8 @@ def _routes(api: fastapi.FastAPI, server: _Server) -> None:
       texts, reasons, usage = await _generate(server, prompts, body.max_tokens, body)
     except ValueError as e:
       return _error(400, e)
+    except ServerClosing:
+      return _closing_error()
     choices = [{"index": i, "text": t, "logprobs": None, "finish_reason": r}
                for i, (t, r) in enumerate(zip(texts, reasons))]
     return _envelope(server, "text_completion", choices, usage)
@@ -310,6 +429,8 @@ def _routes(api: fastapi.FastAPI, server: _Server) -> None:
       texts, reasons, usage = await _generate(server, [prompt], max_tokens, body)
     except ValueError as e:
       return _error(400, e)
+    except ServerClosing:
+      return _closing_error()
     choices = [{"index": 0, "message": {"role": "assistant", "content": texts[0]},
                 "finish_reason": reasons[0]}]
     return _envelope(server, "chat.completion", choices, usage)
@@ -328,8 +449,8 @@ def _room(server: _Server, prompt: str) -> int:
 
 def make_app(text_model: base.TextModel, *, model_name: str, context: int | None = None,
              tokenizer: Any = None, chat_template: Any = None, batch_size: int = 16,
-             batch_wait_s: float = 0.002, max_tokens_limit: int | None = None
-             ) -> fastapi.FastAPI:
+             batch_wait_s: float = 0.002, max_tokens_limit: int | None = None,
+             api_key: str | None = None) -> fastapi.FastAPI:
   """The OpenAI-compatible FastAPI app around `text_model`.
 
   Args:
@@ -345,6 +466,8 @@ def make_app(text_model: base.TextModel, *, model_name: str, context: int | None
     batch_size: prompts per batched `complete` call.
     batch_wait_s: how long an idle worker waits for requests to batch with the first.
     max_tokens_limit: largest max_tokens a request may ask (None: the context).
+    api_key: when set, every request but /health needs "Authorization: Bearer <key>"
+      (else a 401).
 
   Returns:
     The app; serve it with uvicorn (`python -m experiments.serve_lm`, or `serving_app`).
@@ -361,6 +484,8 @@ def make_app(text_model: base.TextModel, *, model_name: str, context: int | None
                      f"{sorted(base.CHAT_TEMPLATES)} or a checkpoint's ChatTemplate")
   if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
     raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+  if api_key is not None and (not isinstance(api_key, str) or not api_key):
+    raise ValueError("api_key must be a non-empty string or None")
   if context is None:
     context = getattr(text_model, "context", None)
   batcher = Batcher(text_model, batch_size, batch_wait_s)
@@ -376,7 +501,10 @@ def make_app(text_model: base.TextModel, *, model_name: str, context: int | None
 
   api = fastapi.FastAPI(title=f"serve_lm: {model_name}", lifespan=lifespan)
   api.add_exception_handler(fastapi_exceptions.RequestValidationError, _validation_error)
+  api.add_exception_handler(starlette_exceptions.HTTPException, _http_error)
   api.add_exception_handler(Exception, _server_error)
+  api.add_middleware(_Guard, api_key=api_key)
+
   _routes(api, server)
   return api
 
@@ -484,10 +612,11 @@ def serving(checkpoint: str, **kwargs: Any) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def serving_app(api: fastapi.FastAPI, host: str = "127.0.0.1",
-                port: int | None = None) -> Iterator[str]:
+def serving_app(api: fastapi.FastAPI, host: str = "127.0.0.1", port: int | None = None,
+                graceful_shutdown_s: float | None = None) -> Iterator[str]:
   """Serves `api` (from `make_app`) with uvicorn in a thread of this process; yields the
-  base URL once /health answers, and shuts the server down on exit.
+  base URL once /health answers, and shuts the server down on exit (requests still open
+  after `graceful_shutdown_s` get a 503; None: wait for them).
 
   Example:
     >>> with serving_app(make_app(simulated_role, model_name="sim")) as url:
@@ -496,7 +625,8 @@ def serving_app(api: fastapi.FastAPI, host: str = "127.0.0.1",
   import uvicorn  # pylint: disable=import-outside-toplevel
 
   port = port or free_port(host)
-  server = uvicorn.Server(uvicorn.Config(api, host=host, port=port, log_level="warning"))
+  server = uvicorn.Server(uvicorn.Config(api, host=host, port=port, log_level="warning",
+                                        timeout_graceful_shutdown=graceful_shutdown_s))
   thread = threading.Thread(target=server.run, name="serve_lm", daemon=True)
   thread.start()
   base_url = f"http://{host}:{port}/v1"

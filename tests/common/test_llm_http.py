@@ -27,8 +27,8 @@ def test_connection_refused_and_check_name_the_url():
 # -------------------------------------------------------- the client alone (MockTransport)
 
 
-def _mock(handler, **kwargs):
-  return llm.HTTPTextModel("http://mock.invalid/v1", model="m", backoff=0.0,
+def _mock(handler, url="http://mock.invalid/v1", **kwargs):
+  return llm.HTTPTextModel(url, model="m", backoff=0.0,
                            transport=httpx.MockTransport(handler), **kwargs)
 
 
@@ -46,10 +46,33 @@ def test_api_key_comes_from_the_environment(monkeypatch):
     return _completion(["ok"])
 
   monkeypatch.setenv("TEST_LLM_KEY", "sk-local-test")
-  _mock(handler, api_key_env="TEST_LLM_KEY").complete(["hi"], max_tokens=2)
+  _mock(handler, "https://mock.invalid/v1", api_key_env="TEST_LLM_KEY").complete(
+      ["hi"], max_tokens=2)
   monkeypatch.delenv("TEST_LLM_KEY")
-  _mock(handler, api_key_env="TEST_LLM_KEY").complete(["hi"], max_tokens=2)
+  _mock(handler, "https://mock.invalid/v1", api_key_env="TEST_LLM_KEY").complete(
+      ["hi"], max_tokens=2)
   assert seen == ["Bearer sk-local-test", None]
+
+
+@pytest.mark.parametrize("url, sent", [
+    ("https://api.example.invalid/v1", True), ("http://127.0.0.1:8000/v1", True),
+    ("http://localhost:8000/v1", True), ("http://[::1]:8000/v1", True),
+    ("http://10.0.0.5:8000/v1", False), ("http://0.0.0.0:8000/v1", False),
+    ("http://api.example.invalid/v1", False)])
+def test_the_key_goes_only_over_https_or_to_loopback(monkeypatch, caplog, url, sent):
+  seen = []
+
+  def handler(request):
+    seen.append(request.headers.get("authorization"))
+    return _completion(["ok"])
+
+  monkeypatch.setenv("TEST_LLM_KEY", "sk-local-test")
+  _mock(handler, url, api_key_env="TEST_LLM_KEY").complete(["hi"], max_tokens=2)
+  assert seen == ["Bearer sk-local-test" if sent else None]
+  assert ("not sending the API key from $TEST_LLM_KEY" in caplog.text) == (not sent)
+  _mock(handler, url, api_key_env="TEST_LLM_KEY", send_key_over_http=True).complete(
+      ["hi"], max_tokens=2)
+  assert seen[-1] == "Bearer sk-local-test"
 
 
 def test_retries_503_and_429_then_succeeds_but_never_retries_400():

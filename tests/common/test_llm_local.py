@@ -44,6 +44,36 @@ def test_stop_strings_cut_before_the_earliest_match(local):
   assert llm.apply_stop("abc", ("x",)) == "abc"
 
 
+def _utf8(ids):
+  return bytes(ids).decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("ids, stop, expected", [
+    # The end token ends it and is counted; the text is what came before it.
+    ([104, 105, 10], (), llm.Completion("hi", 3, "stop")),
+    # No end token: every id is counted and the budget ended it.
+    ([104, 105, 33], (), llm.Completion("hi!", 3, "length")),
+    # The stop string "i!" completes at the third id: three are counted, not five.
+    ([104, 105, 33, 120, 121], ("i!",), llm.Completion("h", 3, "stop")),
+    # Two bytes of one character, then the end token: a re-encoding of the text would
+    # count 2 + 0 (not the end token); the ids are 3.
+    ([0xC3, 0xA9, 10], (), llm.Completion("\u00e9", 3, "stop")),
+    # A lone continuation byte decodes to U+FFFD, whose re-encoding is 3 bytes; 1 id.
+    ([0xA9], (), llm.Completion("\ufffd", 1, "length")),
+])
+def test_completion_counts_the_generated_ids(ids, stop, expected):
+  assert llm.local.completion_of(ids, _utf8, eos_id=10, stop=stop) == expected
+
+
+def test_generate_reports_what_complete_returns_with_its_counts(local):
+  prompts = ["The ", "def f(x):", "a"]
+  got = local.generate(prompts, max_tokens=12, stop=("e",))
+  assert [c.text for c in got] == local.complete(prompts, max_tokens=12, stop=("e",))
+  for c in got:
+    assert 1 <= c.tokens <= 12 and c.finish_reason in ("stop", "length")
+    assert c.finish_reason == "stop" or c.tokens == 12
+
+
 def test_sampling_differs_between_calls_and_is_seeded(tiny_lm):
   a = llm.LocalTextModel(tiny_lm.model, tiny_lm.params, TOK, seed=3, batch_size=2)
   b = llm.LocalTextModel(tiny_lm.model, tiny_lm.params, TOK, seed=3, batch_size=2)

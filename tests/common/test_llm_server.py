@@ -140,6 +140,34 @@ def test_malformed_body_is_a_422_or_400(server, path, body, status, message):
   assert re.search(message, response.json()["error"]["message"]), response.text
 
 
+@pytest.mark.parametrize("field, value", [
+    ("echo", True), ("logprobs", 2), ("best_of", 3), ("suffix", "!"), ("top_p", 0.5),
+    ("presence_penalty", 0.5), ("logit_bias", {"65": 5}), ("seed", 7), ("frobnicate", 1)])
+def test_a_field_that_would_change_the_output_is_a_400_naming_it(server, field, value):
+  response = httpx.post(f"{server}/completions", timeout=60.0, json={
+      "prompt": "The ", "max_tokens": 4, "temperature": 1.0, field: value})
+  assert response.status_code == 400, response.text
+  assert response.json()["error"]["message"].startswith(field), response.text
+
+
+def test_fields_at_values_that_change_nothing_are_accepted(server, client):
+  response = httpx.post(f"{server}/completions", timeout=60.0, json={
+      "prompt": "The ", "max_tokens": N, "temperature": 0, "echo": False, "logprobs": None,
+      "best_of": 1, "top_p": 1.0, "presence_penalty": 0, "user": "me", "seed": 7})
+  assert response.status_code == 200, response.text
+  assert response.json()["choices"][0]["text"] == client.complete(["The "], max_tokens=N)[0]
+
+
+def test_usage_counts_the_ids_generated(server, direct):
+  prompts = PROMPTS[:4]
+  body = httpx.post(f"{server}/completions", timeout=60.0, json={
+      "prompt": prompts, "max_tokens": N, "temperature": 0, "stop": ["e"]}).json()
+  expected = direct.generate(prompts, max_tokens=N, stop=("e",))
+  assert [c["text"] for c in body["choices"]] == [c.text for c in expected]
+  assert [c["finish_reason"] for c in body["choices"]] == [c.finish_reason for c in expected]
+  assert body["usage"]["completion_tokens"] == sum(c.tokens for c in expected)
+
+
 def test_server_killed_while_a_client_waits_gives_a_clear_error(tiny_hf_dir):
   process, url = llm_server.start_subprocess(tiny_hf_dir, batch_size=8)
   try:
@@ -214,3 +242,58 @@ def test_batches_share_a_key_oldest_first_and_health_answers_while_decoding():
       assert [f.result() for f in futures[:-1]] == [[f"{p}|{n}"] for p, n in requests[:-1]]
   assert scripted.calls == [(["a0"], 5), (["a1", "a2", "boom"], 5), (["a1"], 5), (["a2"], 5),
                             (["boom"], 5), (["b1", "b2"], 7)]
+
+
+class _Blocking:
+  """Waits for `release` on every call; "boom" raises an error with internals in it."""
+
+  def __init__(self):
+    self.release = threading.Event()
+
+  def complete(self, prompts, *, max_tokens, temperature=0.0, stop=()):
+    if "boom" in prompts:
+      raise RuntimeError("internal detail /secret/path")
+    assert self.release.wait(30)
+    return list(prompts)
+
+
+def test_key_404_405_and_500_answer_in_openai_error_bodies(caplog):
+  model = _Blocking()
+  model.release.set()
+  api = llm_server.make_app(model, model_name="m", batch_wait_s=0.0, api_key="sk-test")
+  with llm_server.serving_app(api) as url:
+    auth = {"Authorization": "Bearer sk-test"}
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+      response = httpx.post(f"{url}/completions", json={"prompt": "a"}, headers=headers)
+      assert response.status_code == 401
+      assert response.json()["error"]["code"] == "invalid_api_key"
+    assert httpx.get(url.removesuffix("/v1") + "/health").status_code == 200
+    assert httpx.post(f"{url}/completions", json={"prompt": "a"}, headers=auth).json()[
+        "choices"][0]["text"] == "a"
+    for method, path, status, message in (("POST", "nope", 404, "Invalid URL (POST /v1/nope)"),
+                                          ("GET", "completions", 405, "Method GET is not")):
+      response = httpx.request(method, f"{url}/{path}", headers=auth)
+      assert response.status_code == status
+      assert response.json()["error"]["message"].startswith(message), response.text
+    response = httpx.post(f"{url}/completions", json={"prompt": "boom"}, headers=auth)
+  assert response.status_code == 500 and "secret" not in response.text
+  assert response.json()["error"]["type"] == "server_error"
+  assert "internal detail /secret/path" in caplog.text       # the log has it
+
+
+def test_requests_open_at_shutdown_get_a_503():
+  model = _Blocking()
+  answers = []
+  with llm_server.serving_app(llm_server.make_app(model, model_name="m", batch_wait_s=0.0),
+                       graceful_shutdown_s=0.2) as url:
+    threads = [threading.Thread(target=lambda p=p: answers.append(httpx.post(
+        f"{url}/completions", json={"prompt": p}, timeout=30.0))) for p in ("a", "b")]
+    for thread in threads:
+      thread.start()
+    while _health(url)["requests"] < 2:
+      time.sleep(0.005)
+  for thread in threads:
+    thread.join(10.0)
+  model.release.set()
+  assert [a.status_code for a in answers] == [503, 503]
+  assert all("shutting down" in a.json()["error"]["message"] for a in answers)

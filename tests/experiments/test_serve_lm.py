@@ -14,6 +14,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.mark.parametrize("flag_args, message", [
     ([], "--checkpoint is required"),
     (["--checkpoint=/no/such/folder"], "is not a directory"),
+    (["--checkpoint=smollm2", "--api_key_env=ICML26_NO_SUCH_KEY_VAR"],
+     "--api_key_env=ICML26_NO_SUCH_KEY_VAR: that environment variable is not set"),
 ])
 def test_serve_lm_rejects_bad_flags_with_one_line(flag_args, message):
   proc = subprocess.run([sys.executable, "-m", "experiments.serve_lm", *flag_args],
