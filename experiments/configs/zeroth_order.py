@@ -82,7 +82,7 @@ PRESETS = {
 # Wall minutes of `python -m experiments.main` at each preset, measured on the 2-core
 # machine (None: not measured yet). tests/experiments/test_contract.py checks quick <= 8
 # and full <= 30.
-MINUTES = {"quick": 3.2, "full": 13.0}
+MINUTES = {"quick": 3.2, "full": 4.3}
 
 
 def get_config(preset: str | None = None):
