@@ -36,7 +36,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from typing import Any
 
 import jax.numpy as jnp
@@ -67,7 +69,7 @@ def _open(path: str):
   if not os.path.isfile(path):
     raise FileNotFoundError(f"GGUF file {path!r} does not exist")
   try:
-    reader = gguf.GGUFReader(path)
+    reader = _reader_class(gguf.GGUFReader)(path)
   except Exception as e:  # The reader's errors (struct, reshape, magic) do not name the file.
     raise ValueError(f"{path} is not a readable GGUF file ({type(e).__name__}: {e}); "
                      f"expected a complete GGUF file (truncated or corrupt?)") from None
@@ -77,6 +79,67 @@ def _open(path: str):
       raise ValueError(f"{path}: tensor {t.name!r} ends at byte {t.data_offset + t.n_bytes} "
                        f"but the file has {size} bytes (truncated?)")
   return reader
+
+
+@functools.cache
+def _reader_class(base: type) -> type:
+  """`base` (`gguf.GGUFReader`) with its metadata arrays parsed by `_array_parts`.
+
+  The parent class reads a 49k-entry token list element by element through `np.memmap`
+  slices (about 3 s of the SmolLM2 load); this subclass builds the same fields (names,
+  parts, data indices, types) and the same tensors from plain NumPy views of the file.
+  Any field that `_array_parts` does not handle (a scalar, a string, an array of
+  arrays, a file of the other byte order) goes to the parent's parser.
+  """
+
+  class Reader(base):
+    """`gguf.GGUFReader` with one-pass array fields (`_array_parts`)."""
+
+    def _get_field_parts(self, orig_offs, raw_type):  # pylint: disable=arguments-renamed
+      parts = _array_parts(self, int(orig_offs), int(raw_type))
+      return super()._get_field_parts(orig_offs, raw_type) if parts is None else parts
+
+  return Reader
+
+
+def _array_parts(reader, offs: int, raw_type: int):
+  """`GGUFReader._get_field_parts` for an array of strings or of scalars, or None for
+  any other field: (size in bytes, parts, data indices, types), where the parts are
+  [item type, length] and then, per item, [string length, string bytes] or [value]."""
+  from gguf import GGUFValueType
+
+  if raw_type != GGUFValueType.ARRAY or reader.byte_order != "I":
+    return None
+  data = reader.data.view(np.ndarray)
+  item_type = data[offs:offs + 4].view(np.uint32)
+  count = data[offs + 4:offs + 12].view(np.uint64)
+  kind, n = GGUFValueType(int(item_type[0])), int(count[0])
+  if kind == GGUFValueType.STRING:
+    items = _string_items(data, offs + 12, n)
+  elif kind in reader.gguf_scalar_to_np:
+    itemsize = np.dtype(reader.gguf_scalar_to_np[kind]).itemsize
+    if offs + 12 + n * itemsize > data.size:
+      raise ValueError(f"an array of {n} {kind.name} values runs past the end of the file")
+    values = data[offs + 12:offs + 12 + n * itemsize].view(reader.gguf_scalar_to_np[kind])
+    items = [values[i:i + 1] for i in range(n)]
+  else:
+    return None
+  per_item = 2 if kind == GGUFValueType.STRING else 1
+  indices = list(range(1 + per_item, 2 + per_item * n, per_item))
+  size = 12 + sum(int(part.nbytes) for part in items)
+  return size, [item_type, count, *items], indices, [GGUFValueType.ARRAY] + [kind] * (n > 0)
+
+
+def _string_items(data: np.ndarray, offs: int, n: int) -> list[np.ndarray]:
+  """[length (uint64), utf-8 bytes (uint8)] of each of the `n` strings from `offs`."""
+  raw, items = memoryview(data), []
+  for _ in range(n):
+    length = int.from_bytes(raw[offs:offs + 8], sys.byteorder)
+    if offs + 8 + length > data.size:
+      raise ValueError(f"a string array of {n} entries runs past the end of the file")
+    items += [data[offs:offs + 8].view(np.uint64), data[offs + 8:offs + 8 + length]]
+    offs += 8 + length
+  return items
 
 
 def _value(reader, path: str, key: str, default: Any = ...) -> Any:

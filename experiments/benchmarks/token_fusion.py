@@ -11,8 +11,8 @@ CDDFuse's 47 ms per image on a GPU). One jitted call per side fuses a batch of
 after a compiling one. The models are the quick preset's widths with the tokenizer's
 patch scaled to the image (16 at 256: 256 patches, 32 tokens), untrained (throughput
 does not depend on the weights). Correctness check: with no token edited the full
-model returns the 2D pathway's image. ``--tiny`` runs 48 x 48 pairs, 1 repeat, in
-seconds (the suite's smoke test).
+model returns the 2D pathway's image. ``--tiny`` runs 48 x 48 pairs through a tokenizer
+of depth 1, 1 repeat, in seconds (the suite's smoke test).
 """
 
 from __future__ import annotations
@@ -37,18 +37,20 @@ flags.DEFINE_integer("size", 256, "Image side (pixels).")
 flags.DEFINE_integer("batch", 4, "Pairs per call.")
 flags.DEFINE_integer("repeats", 5, "Timed calls per side (medians reported).")
 flags.DEFINE_integer("budget", 2, "Edited token positions.")
-flags.DEFINE_bool("tiny", False, "48 x 48 pairs, 1 repeat: a seconds-long smoke run.")
+flags.DEFINE_bool("tiny", False, "48 x 48 pairs, tokenizer depth 1, 1 repeat: a "
+                  "seconds-long smoke run.")
 
 PEERS = ()  # the peer is our own 2D pathway alone
 
 
-def build(size: int):
-  """(spec, frozen, ste_params) at the quick preset's widths, initialised in one jitted
-  call (flax's eager init would compile each op of a forward pass on its own)."""
+def build(size: int, depth: int = 2):
+  """(spec, frozen, ste_params) at the quick preset's widths (a tokenizer of `depth`
+  blocks), initialised in one jitted call (flax's eager init would compile each op of a
+  forward pass on its own)."""
   patch = 16 if size % 16 == 0 and size >= 128 else 8
   spec = model_lib.FusionSpec(
       tok.TokenizerConfig(image_size=size, patch_size=patch, num_tokens=32, bits=10,
-                          width=128, depth=2, heads=4),
+                          width=128, depth=depth, heads=4),
       fusion.BackboneConfig(16, 2), sigma=size / 16)
 
   @jax.jit
@@ -63,8 +65,8 @@ def build(size: int):
   return spec, frozen, params
 
 
-def measure(size: int, batch: int, repeats: int, budget: int) -> dict:
-  spec, frozen, params = build(size)
+def measure(size: int, batch: int, repeats: int, budget: int, depth: int = 2) -> dict:
+  spec, frozen, params = build(size, depth)
   a, b = jax.random.uniform(jax.random.key(1), (2, batch, size, size))
   mask = ste.fixed_mask("probe", 32, budget, tuple(range(budget)))
   none = ste.fixed_mask("none", 32, 0)
@@ -83,13 +85,13 @@ def measure(size: int, batch: int, repeats: int, budget: int) -> dict:
 def main(argv):
   config_lib.parse_flags_or_die(FLAGS, argv)
   print(machine_line(PEERS), flush=True)
-  size, repeats = (48, 1) if FLAGS.tiny else (FLAGS.size, FLAGS.repeats)
+  size, repeats, depth = (48, 1, 1) if FLAGS.tiny else (FLAGS.size, FLAGS.repeats, 2)
   if size % 8:
     config_lib.die(f"--size={size} must be a multiple of 8 (the tokenizer's patch)")
-  out = measure(size, FLAGS.batch, repeats, FLAGS.budget)
+  out = measure(size, FLAGS.batch, repeats, FLAGS.budget, depth)
   print(f"backend {jax.default_backend()}; "
         f"{size}x{size}, batch {FLAGS.batch}, {repeats} repeats, budget {FLAGS.budget}; "
-        f"tokenizer patch {out['spec'].tokenizer.patch_size}, width 128, depth 2")
+        f"tokenizer patch {out['spec'].tokenizer.patch_size}, width 128, depth {depth}")
   print("| path | images/s | ms per image | time / 2D pathway |")
   print("|---|---:|---:|---:|")
   base = out["seconds"]["2D pathway"]

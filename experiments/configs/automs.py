@@ -58,7 +58,7 @@ PRESETS = {
     "paper": {"mesh": 64, "num_seeds": 5, "methods": METHODS,
               "text_model": "http://127.0.0.1:8000/v1"},
     "tiny": {"tasks": ("auxetic_light",), "num_seeds": 1,
-             "mesh": 16, "search": dict(budget=60, pop_size=10, generations=5),
+             "mesh": 8, "search": dict(budget=60, pop_size=10, generations=5),
              "solver_tol": 1e-5, "images": 2},
 }
 

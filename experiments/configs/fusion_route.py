@@ -116,14 +116,17 @@ PRESETS = {
               "stage2": dict(num_pairs=8192, prompt_len=256, completion_len=128,
                              learning_rate=5e-6, train=dict(num_steps=1000, batch_size=64)),
               "coverage.steps": 5000, "eval.max_windows": 512},
-    # Seconds: what the claim test runs.
+    # Seconds: what the claim test runs. Its CPU time is mostly compiling a train step
+    # per run, so runs that can share one do: the base trains as many steps as an expert,
+    # and the coverage case as many as stage 1 (their steps then compile to the same
+    # program, which the test suite's compilation cache loads instead of compiling).
     "tiny": {"data": dict(arithmetic_docs=40, mixed_train_segments=200,
                           mixed_validation_segments=60),
              "expert": dict(d_model=32, num_layers=1, num_heads=2, num_kv_heads=1, d_ff=64),
              "router": dict(d_model=16, num_layers=1, num_heads=2, num_kv_heads=1, d_ff=32),
              "seq_len": 32,
              "base_train": dict(learning_rate=1e-2, warmup_steps=5,
-                                train=dict(num_steps=40, batch_size=16, checkpoint_every=0)),
+                                train=dict(num_steps=20, batch_size=16, checkpoint_every=0)),
              "expert_train": dict(learning_rate=1e-2, warmup_steps=5,
                                   train=dict(num_steps=20, batch_size=16, checkpoint_every=0)),
              "router_pretrain": dict(learning_rate=1e-2, warmup_steps=5,
@@ -133,7 +136,7 @@ PRESETS = {
                             train=dict(num_steps=30, batch_size=16, checkpoint_every=0)),
              "stage2": dict(num_pairs=32, prompt_len=16, completion_len=8, warmup_steps=2,
                             train=dict(num_steps=5, batch_size=8, checkpoint_every=0)),
-             "coverage.steps": 20, "seq_route_prefix": 4,
+             "coverage.steps": 30, "seq_route_prefix": 4,
              "eval": dict(batch_size=16, max_windows=16)},
 }
 

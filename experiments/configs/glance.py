@@ -53,8 +53,11 @@ PRESETS = {
     "paper": {"envs": ("MiniGrid-DoorKey-8x8", "MiniGrid-MemoryS16"), "seeds": 10,
               "num_updates": 1500, "chunk": 50, "ppo.num_envs": 256,
               "curiosity.reinit_every": 200, "heatmap_early": 100},
-    # Seconds: what the claim test runs.
-    "tiny": {"envs": ("MiniGrid-DoorKey-5x5",), "methods": ("none", "glance", "byol"),
+    # Seconds: what the claim test runs. PPO without curiosity and GLANCE only: each
+    # method compiles its own update (most of the run; BYOL-Explore's was 28% of it), and
+    # these two take every branch of the experiment but claim 2's vision-only rivals,
+    # which tests/methods/test_glance.py fits to the environment view.
+    "tiny": {"envs": ("MiniGrid-DoorKey-5x5",), "methods": ("none", "glance"),
              "seeds": 2, "num_updates": 4, "chunk": 2, "heatmap_early": 2,
              "heatmap_steps": 16, "success_window": 2,
              "ppo": dict(num_envs=4, num_steps=32, update_epochs=1, num_minibatches=1),

@@ -5,6 +5,7 @@ reader, dequantizer and tokenizer converter). One loaded model per side for the 
 (module fixtures). Bad input uses small GGUF files written with `gguf.GGUFWriter`.
 """
 
+import functools
 import os
 import re
 
@@ -37,12 +38,20 @@ def ours():
 
 @pytest.fixture(scope="module")
 def reference():
+  """transformers' tokenizer and model from the GGUF file. transformers opens the file
+  three times (tokenizer, config, weights), each with a fresh `gguf.GGUFReader` (3 s of
+  parsing), and builds the same `gguf.get_tensor_name_map` once per tensor: both are
+  memoized for these two calls only, so the reference parses the file once, with the
+  `gguf` package's own reader, and loads the same weights and vocabulary."""
   torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
   path = zoo.smollm2_path()
   folder, name = os.path.dirname(path), os.path.basename(path)
-  tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
-  model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name,
-                                                           dtype=torch.float32)
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(gguf, "GGUFReader", functools.cache(gguf.GGUFReader))
+    patch.setattr(gguf, "get_tensor_name_map", functools.cache(gguf.get_tensor_name_map))
+    tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name,
+                                                             dtype=torch.float32)
   return tok, model.eval()
 
 
@@ -153,14 +162,15 @@ def test_logits_match_transformers(ours, reference):
     assert (mine[b, :n].argmax(-1) == theirs[b, :n].argmax(-1)).mean() >= 0.99
 
 
-def _greedy_uncached(model, params, prompt: list[int], steps: int) -> list[int]:
-  """Greedy decoding by full forward passes over a fixed-width buffer (no KV cache)."""
-  buf = np.zeros((1, len(prompt) + steps), np.int32)
-  buf[0, :len(prompt)] = prompt
-  forward = jax.jit(lambda p, x: model.apply({"params": p}, x))
-  for t in range(len(prompt), len(prompt) + steps):
-    buf[0, t] = int(np.argmax(np.asarray(forward(params, buf))[0, t - 1]))
-  return buf[0, len(prompt):].tolist()
+def _greedy_uncached(model, params, prompt: list[int], tokens: list[int]) -> list[int]:
+  """The greedy (argmax) token that a full forward pass (no KV cache) predicts after
+  `prompt` + `tokens[:t]`, for each t. Attention is causal, so one pass over `prompt` +
+  `tokens` gives every position's logits as a pass over that prefix alone would (the
+  logits parity with transformers above checks the masking): greedy decoding by full
+  passes, one per step, gives `tokens` exactly when this returns `tokens`."""
+  buf = np.asarray([list(prompt) + list(tokens)], np.int32)
+  logits = np.asarray(jax.jit(lambda p, x: model.apply({"params": p}, x))(params, buf))
+  return np.argmax(logits[0, len(prompt) - 1:-1], axis=-1).tolist()
 
 
 def test_greedy_32_tokens_cached_uncached_and_transformers(ours, reference):
@@ -171,7 +181,7 @@ def test_greedy_32_tokens_cached_uncached_and_transformers(ours, reference):
   cached = sampling.generate(model, ours.params, jnp.asarray([prompt]), jax.random.PRNGKey(0),
                              max_new_tokens=32, temperature=0.0)
   cached = np.asarray(cached)[0, len(prompt):].tolist()
-  assert cached == _greedy_uncached(model, ours.params, prompt, 32)
+  assert cached == _greedy_uncached(model, ours.params, prompt, cached)
   with torch.no_grad():  # transformers stops after the end token <|im_end|> (id 2).
     theirs = tf_model.generate(torch.tensor([prompt]), max_new_tokens=32, do_sample=False,
                                pad_token_id=2)[0, len(prompt):].tolist()
@@ -254,6 +264,33 @@ def test_tiny_gguf_loads_and_runs(tmp_path):
   assert ckpt.tokenizer.encode("the<|a|>") == [ord("t"), 259, 256]
   logits = Transformer(ckpt.config).apply({"params": ckpt.params}, jnp.zeros((1, 4), jnp.int32))
   assert logits.shape == (1, 4, 260) and np.isfinite(np.asarray(logits)).all()
+
+
+def test_reader_builds_the_gguf_packages_fields_and_tensors(tmp_path):
+  """`_open`'s one-pass array parsing gives what `gguf.GGUFReader` gives: every field's
+  offset, name, parts, data indices, types and contents, and every tensor."""
+  path = _write_tiny(tmp_path / "tiny.gguf")
+  writer = gguf.GGUFWriter(str(tmp_path / "arrays.gguf"), "llama")
+  for key, value in {"ints": [1, -2, 3], "floats": [1.5, 2.5], "bools": [True, False],
+                     "strings": ["x", "", "naïve 🙂"], "empty": [], "nested": [[1, 2], [3]],
+                     "nested_strings": [["a", "b"], ["c"]]}.items():
+    writer.add_array(f"test.{key}", value)
+  writer.add_tensor("t", np.arange(12, dtype=np.float32).reshape(3, 4))
+  writer.write_header_to_file()
+  writer.write_kv_data_to_file()
+  writer.write_tensors_to_file()
+  writer.close()
+  for file in (path, str(tmp_path / "arrays.gguf")):
+    ours, theirs = gguf_loader._open(file), gguf.GGUFReader(file)
+    assert list(ours.fields) == list(theirs.fields)
+    for a, b in zip(ours.fields.values(), theirs.fields.values()):
+      assert (a.offset, a.name, a.data, a.types) == (b.offset, b.name, b.data, b.types)
+      assert [(p.dtype, p.tolist()) for p in a.parts] == [(p.dtype, p.tolist()) for p in b.parts]
+      assert a.contents() == b.contents()
+    for a, b in zip(ours.tensors, theirs.tensors, strict=True):
+      assert (a.name, a.tensor_type, a.data_offset, a.n_bytes) == (
+          b.name, b.tensor_type, b.data_offset, b.n_bytes)
+      np.testing.assert_array_equal(a.data, b.data)
 
 
 def _one_line(exc_info, *needles):

@@ -2,7 +2,7 @@
 resume after an interruption, the agents against our own server over loopback, and bad
 input before any work.
 
-The tiny run (1 task, 1 seed, 60 solves on a 16 x 16 mesh) checks that every method
+The tiny run (1 task, 1 seed, 60 solves on an 8 x 8 mesh) checks that every method
 runs end to end through the agents and the simulator and that the rows, plots and notes
 are written. No claim is asserted at this scale: 1 task x 1 seed cannot separate
 success rates; the claims are measured at the quick preset (17 tasks x 3 seeds) in

@@ -76,7 +76,7 @@ def test_the_paper_path_runs_from_hf_folders(tiny_hf_dir, tmp_path):
   for key in ("expert_train", "stage1", "stage2"):
     config[key].train.num_steps = 3
     config[key].warmup_steps = 1
-  config.coverage.steps = 2
+  config.coverage.steps = 3  # stage 1's: its runs reuse their compiled steps
   configs.preflight(config)
   result = ex.run(config, str(tmp_path / "run"))
   assert len(result.claims) == 4

@@ -25,7 +25,7 @@ def _rows(n=1024, d=4, seed=0):
   return x
 
 
-def _fit_tokenizer(tc, x, tmp_path, steps=400):
+def _fit_tokenizer(tc, x, tmp_path, steps=200):
   return train(init_fn=lambda k: tok_lib.init(k, tc, x.shape[1]), loss_fn=tok_lib.make_loss_fn(tc),
                batch_fn=training.rows_batch_fn(x, 128, "x"),
                optimizer=training.optimizer(3e-3, steps), config=_loop(steps, 128),

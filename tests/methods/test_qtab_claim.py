@@ -2,7 +2,7 @@
 (tables, both training stages on the common loop, the copula, every metric, plots),
 resume without retraining, and bad input before any work.
 
-At the tiny preset (600 rows of the generated table, 300 updates per stage) the
+At the tiny preset (600 rows of the generated table, 150 updates per stage) the
 asserted claim is the one that holds by construction of the method and not by luck:
 the generated rows use more distinct numeric codes than the training set has rows,
 and rows from unseen codes are not copies of training rows (claim 3). Fidelity is
