@@ -62,12 +62,11 @@ def run_method(env_name: str, method: str, config, workdir: str) -> dict:
   pconf, cconf = _ppo_config(config), curiosity.CuriosityConfig(**config.curiosity.to_dict())
   optimizer = ppo.make_optimizer(pconf, config.num_updates)
 
-  built = {}
+  hooks = curiosity.make_hooks(method, spec, cconf)
 
   @jax.jit
   def init(policy, key, timestep, runner_key):
-    hooks, params, extra = curiosity.make_curiosity(method, spec, policy, key, cconf)
-    built.setdefault("hooks", hooks)
+    params, extra = curiosity.init_curiosity(method, spec, policy, key, cconf)
     return ppo.start_runner(params, optimizer, timestep, runner_key, extra)
 
   # Two compiled programs initialise a seed's networks, optimizer and environments
@@ -75,15 +74,11 @@ def run_method(env_name: str, method: str, config, workdir: str) -> dict:
   # 400 of them per experiment): `_policy_and_envs`, one for every method, and `init`,
   # the method's curiosity. Seed by seed, then stacked: the values of `jax.vmap` over
   # the keys, from programs that compile in half its time (mostly the initialisers'
-  # random numbers and QR decompositions; they run once). The hooks are functions of
-  # the method and config only (they close over no array), so those of init's trace
-  # serve the update.
+  # random numbers and QR decompositions; they run once).
   keys = jax.random.split(jax.random.PRNGKey(config.seed), config.seeds)
   start = lambda: ppo.stack_trees([
       init(*_policy_and_envs(env, net, spec.obs_shape, pconf.num_envs, keys[i]))
       for i in range(config.seeds)])
-  jax.eval_shape(start)
-  hooks = built["hooks"]
   update = ppo.make_update(env, apply_fn, pconf, optimizer, hooks)
 
   def train_to(n):

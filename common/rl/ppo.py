@@ -17,11 +17,13 @@ purejaxrl / CleanRL form), per minibatch with advantages normalised to mean 0, s
 
 One update = a rollout of T steps in N environments, rewards (plus an optional
 intrinsic reward from `Curiosity` hooks), GAE, then `update_epochs` passes over
-`num_minibatches` shuffled minibatches (a rollout is a `lax.scan`; the epochs and
-minibatches are unrolled, a few static iterations). `make_update` returns it as a pure
-function of a `RunnerState`; `run_updates` runs many (one `lax.scan` on accelerators); `train` runs chunks of updates with orbax
-checkpoints (`common.checkpoint`) and JSONL/TensorBoard metrics (`common.metrics`), so
-an interrupted run resumes from its newest chunk and ends bit-identical.
+`num_minibatches` shuffled minibatches (the rollout is a `lax.scan`, and so are the
+epochs and, inside each, the minibatches: the update compiles one gradient step however
+many it takes, as in purejaxrl). `make_update` returns it as a pure function of a
+`RunnerState`; `run_updates` runs many (one `lax.scan` on accelerators); `train` runs
+chunks of updates with orbax checkpoints (`common.checkpoint`) and JSONL/TensorBoard
+metrics (`common.metrics`), so an interrupted run resumes from its newest chunk and ends
+bit-identical.
 
 GRPO (`common.rl.grpo`) shares the clipped ratio objective's idea but not its data: it
 scores token sequences with group-relative advantages and no critic.
@@ -56,7 +58,11 @@ Array = jax.Array
 
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
-  """PPO hyperparameters (frozen, hashable). Defaults: purejaxrl's MiniGrid settings.
+  """PPO hyperparameters (frozen, hashable).
+
+  Defaults: purejaxrl's gymnax PPO (`purejaxrl/ppo.py`) with 8 environments where it
+  has 4; its MiniGrid script (`ppo_minigrid.py`) runs 16 x 128 steps with 1 epoch of
+  8 minibatches instead.
 
   Fields:
     num_envs, num_steps: N environments x T steps per rollout.
@@ -256,23 +262,9 @@ def make_update(env: Env, apply_fn: Callable, config: PPOConfig,
                    config.gae_lambda)
     flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in traj.items()}
     flat.update(advantages=adv.reshape(-1), returns=ret.reshape(-1))
-
-    def minibatch(carry, mb):
-      params, opt_state = carry
-      (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, extra, mb)
-      updates, opt_state = optimizer.update(grads, opt_state, params)
-      return (optax.apply_updates(params, updates), opt_state), m
-
-    params, opt_state, ms = state.params, state.opt_state, []
-    for _ in range(config.update_epochs):
-      key, sub = jax.random.split(key)
-      order = jax.random.permutation(sub, config.num_envs * config.num_steps)
-      for i in range(config.num_minibatches):
-        rows = order[i * config.minibatch_size:(i + 1) * config.minibatch_size]
-        (params, opt_state), m = minibatch((params, opt_state),
-                                           jax.tree.map(lambda x: x[rows], flat))
-        ms.append(m)
-    m = jax.tree.map(lambda *x: jnp.stack(x), *ms)
+    step = functools.partial(_minibatch_step, loss_fn, optimizer, extra)
+    (params, opt_state), key, m = _epochs(step, config, (state.params, state.opt_state),
+                                          flat, key)
     if curiosity is not None:
       params, extra = curiosity.after_update(params, extra, state.update + 1)
     metrics = {k: jnp.mean(v) for k, v in m.items()}
@@ -282,6 +274,39 @@ def make_update(env: Env, apply_fn: Callable, config: PPOConfig,
     return RunnerState(params, opt_state, timestep, extra, key, state.update + 1), metrics
 
   return update
+
+
+def _minibatch_step(loss_fn: Callable, optimizer: optax.GradientTransformation, extra: Any,
+                    carry: tuple, minibatch: dict) -> tuple[tuple, dict]:
+  """One gradient step on one minibatch: ((params, opt_state), its loss metrics)."""
+  params, opt_state = carry
+  (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, extra, minibatch)
+  updates, opt_state = optimizer.update(grads, opt_state, params)
+  return (optax.apply_updates(params, updates), opt_state), m
+
+
+def _epochs(step: Callable, config: PPOConfig, carry: tuple, batch: dict, key: Array
+            ) -> tuple[tuple, Array, dict]:
+  """`update_epochs` passes over the rollout, each a fresh permutation of its N T rows
+  cut into `num_minibatches` minibatches of `minibatch_size` (row order[i B + j] is
+  row j of minibatch i), as two nested `lax.scan`s (purejaxrl's form), so the update
+  compiles one gradient step, however many it runs.
+
+  Returns (the final carry, the key after one split per epoch, metrics stacked
+  (update_epochs, num_minibatches)).
+  """
+  shape = (config.num_minibatches, config.minibatch_size)
+
+  def epoch(state, _):
+    carry, key = state
+    key, sub = jax.random.split(key)
+    order = jax.random.permutation(sub, config.num_envs * config.num_steps)
+    minibatches = jax.tree.map(lambda x: x[order].reshape(shape + x.shape[1:]), batch)
+    carry, m = jax.lax.scan(step, carry, minibatches)
+    return (carry, key), m
+
+  (carry, key), m = jax.lax.scan(epoch, (carry, key), None, config.update_epochs)
+  return carry, key, m
 
 
 def _strong(tree):
@@ -312,9 +337,13 @@ def run_updates(update: Callable, state: RunnerState, num_updates: int,
 
   scan=True runs them in one jitted `lax.scan` (purejaxrl's form, right on GPU/TPU);
   False calls one jitted update per iteration from Python. None picks False on CPU:
-  there XLA runs the convolutions and gradients inside a loop body about 9x slower
-  (3.2 s vs 0.37 s per update of 16 x 128 DoorKey steps, measured), while the
-  dispatch of one call per update costs microseconds.
+  there XLA runs an update inside a loop body several times slower (3.2 s vs 0.37 s per
+  update of 16 x 128 DoorKey steps with `nn.Conv`, measured; 5.5 s vs 1.1 s with
+  GLANCE's `PatchConv` encoder on a loaded machine), while the dispatch of one call per
+  update costs microseconds. (XLA:CPU gives convolutions its fast kernels only outside
+  loops; `make_update`'s minibatch steps are a loop, so on CPU a convolutional policy
+  runs them fastest written as patches times a kernel, as
+  `methods.glance.networks.PatchConv`: 10x faster gradients, measured.)
 
   With num_seeds = S, `state` holds S runner states stacked on a leading axis. With
   scan they are vmapped; without, each seed's update is its own call on its slice

@@ -8,7 +8,7 @@ EMA target (f_bar <- tau f_bar + (1 - tau) f after every update), s, a, s' a tra
 GLANCE (`glance`):
     world model:  y_hat = Dec(f(s), a)        six description tokens of s', decoded in
                                                order (`language.SLOTS`)
-    language:     L_lang = CE(y_hat, describe(s'))   (teacher-forced)
+    language:     L_lang = CE(y_hat, describe(s'))   (teacher-forced, summed over slots)
     grounding:    L = || g(p)/|g(p)| - sg(y/|y|) ||^2,   y = f_bar(s'),
                   p = the greedy decoding's per-slot probabilities
     curiosity:    r_int = beta * L / sigma,   sigma = running std of L (EMA)
@@ -25,12 +25,17 @@ forward model F(phi(s), a); r_int = 0.5 ||F - sg(phi(s'))||^2.
 
 Every r_int is divided by the running RMS of the raw intrinsic reward, multiplied by
 beta, and set to 0 on transitions that end an episode (their s' is the next episode's
-first view).
+first view). For the same reason the losses of the models that predict s' from (s, a)
+(GLANCE's language cross-entropy and grounding, BYOL-Explore's, ICM's) are means over
+the transitions that do not end an episode; RND's, on single views, takes them all.
 
 Example:
     >>> config = CuriosityConfig(beta=0.01)
     >>> cur, params, extra = make_curiosity("glance", spec, policy_params, key, config)
-    >>> update = ppo.make_update(env, apply_fn, config, optimizer, cur)
+    >>> update = ppo.make_update(env, apply_fn, ppo_config, optimizer, cur)
+
+Under `jit`, build the hooks outside (`make_hooks`) and the arrays inside
+(`init_curiosity`).
 """
 
 from __future__ import annotations
@@ -60,6 +65,18 @@ class CuriosityConfig(NamedTuple):
   lang_weight: float = 1.0     # weight of the language cross-entropy
   aux_weight: float = 1.0      # weight of the curiosity model's losses in the PPO loss
   norm_momentum: float = 0.9   # EMA (per update) of the intrinsic reward's second moment
+
+
+def _check_config(config: CuriosityConfig) -> None:
+  """One-line ValueErrors for settings outside their ranges (CuriosityConfig)."""
+  checks.scalar("beta", config.beta, strict=False)
+  checks.positive_int("reinit_every", config.reinit_every, low=0)
+  checks.scalar("lang_weight", config.lang_weight, strict=False)
+  checks.scalar("aux_weight", config.aux_weight, strict=False)
+  for name in ("tau", "norm_momentum"):
+    value = getattr(config, name)
+    if not 0.0 <= value < 1.0:   # False for nan too
+      raise ValueError(f"{name} must be in [0, 1), got {value}")
 
 
 def _mlp(x, features, name):
@@ -128,6 +145,13 @@ def normalised_error(pred, target):
   return jnp.sum((p - t) ** 2, axis=-1)
 
 
+def masked_mean(x, dones):
+  """The mean of x (B,) over the rows whose transition does not end an episode (0 if
+  every row does): sum_i x_i (1 - d_i) / max(sum_i (1 - d_i), 1)."""
+  keep = 1.0 - dones.astype(x.dtype)
+  return jnp.sum(x * keep) / jnp.maximum(jnp.sum(keep), 1.0)
+
+
 def _encode(policy_params, obs):
   return GridEncoder().apply({"params": policy_params["encoder"]}, obs)
 
@@ -147,20 +171,44 @@ def make_curiosity(method: str, spec: EnvSpec, policy_params: Any, key: jax.Arra
                    config: CuriosityConfig = CuriosityConfig()
                    ) -> tuple[Curiosity | None, Any, Any]:
   """(hooks, params {"policy", "curiosity"}, extra) for `method` (one of METHODS) on
-  the environment described by `spec` (its actions and observation shape).
+  the environment described by `spec` (its actions and observation shape):
+  `make_hooks` and `init_curiosity` together.
 
   Raises:
-    ValueError: an unknown method, beta < 0, tau outside [0, 1).
+    ValueError: an unknown method, beta, lang_weight or aux_weight < 0, reinit_every
+      not an int >= 0, tau or norm_momentum outside [0, 1).
   """
+  hooks, init = _build(method, spec, config)
+  params, extra = init(policy_params, key)
+  return hooks, params, extra
+
+
+def make_hooks(method: str, spec: EnvSpec, config: CuriosityConfig = CuriosityConfig()
+               ) -> Curiosity | None:
+  """The hooks of `method` alone (None for "none"): functions of (method, spec,
+  config) that close over no array, so they are built outside `jit` and the update
+  built on them compiles once. Raises as `make_curiosity`."""
+  return _build(method, spec, config)[0]
+
+
+def init_curiosity(method: str, spec: EnvSpec, policy_params: Any, key: jax.Array,
+                   config: CuriosityConfig = CuriosityConfig()) -> tuple[Any, Any]:
+  """(params {"policy", "curiosity"}, extra) of `method`: the arrays alone, a pure
+  function of (policy_params, key) that can run under `jit`. Raises as
+  `make_curiosity`."""
+  return _build(method, spec, config)[1](policy_params, key)
+
+
+def _build(method: str, spec: EnvSpec, config: CuriosityConfig):
+  """(hooks, init(policy_params, key) -> (params, extra)), after the checks."""
   if method not in METHODS:
     raise ValueError(f"unknown curiosity method {method!r}; expected one of {METHODS}")
-  checks.scalar("beta", config.beta, strict=False)
-  checks.scalar("tau", config.tau, strict=False, high=0.999999)
+  _check_config(config)
   if method == "none":
-    return None, {"policy": policy_params, "curiosity": {}}, {}
+    return None, lambda policy_params, key: ({"policy": policy_params, "curiosity": {}}, {})
   builders = {"glance": _glance, "glance_no_reinit": _glance,
               "glance_no_bottleneck": _vision, "byol": _vision, "rnd": _rnd, "icm": _icm}
-  return builders[method](method, spec, policy_params, key, config)
+  return builders[method](method, spec, config)
 
 
 def _target_extra(policy_params, key):
@@ -191,20 +239,36 @@ def _flat(traj):
           for k in ("obs", "actions", "next_obs", "dones")}, lead
 
 
-def _glance(method, spec, policy_params, key, config):
+def _with_projector(policy_params, model_params):
+  """{"policy", "curiosity": {"model", "projector"}}: the projector apart, so that
+  `_after_update` can replace it alone."""
+  return {"policy": policy_params,
+          "curiosity": {"model": {k: v for k, v in model_params.items() if k != "projector"},
+                        "projector": model_params["projector"]}}
+
+
+def _joined(params):
+  return {**params["curiosity"]["model"], "projector": params["curiosity"]["projector"]}
+
+
+def _glance(method, spec, config):
   model = WorldModel(spec.num_actions)
-  h0 = np.zeros((1, 128), np.float32)   # numpy: `reinit` must close over no traced array
-  init = model.init(key, h0, jnp.zeros((1,), jnp.int32), jnp.zeros((1, 6), jnp.int32))["params"]
-  params = {"policy": policy_params, "curiosity": {"model": {k: v for k, v in init.items()
-                                                           if k != "projector"},
-                                                   "projector": init["projector"]}}
+  # numpy: the hooks (`reinit`) close over no jax array
+  dummy = (np.zeros((1, 128), np.float32), np.zeros((1,), np.int32),
+           np.zeros((1, 6), np.int32))
+
+  def init(policy_params, key):
+    return (_with_projector(policy_params, model.init(key, *dummy)["params"]),
+            _target_extra(policy_params, key))
 
   def errors(params, extra, batch):
+    """Per transition: (grounding error L, language cross-entropy summed over the
+    slots, wrong slots of the greedy description)."""
     h = _encode(params["policy"], batch["obs"])
     targets = language.describe(batch["next_obs"])
-    wm = {**params["curiosity"]["model"], "projector": params["curiosity"]["projector"]}
-    teacher, g, tokens = model.apply({"params": wm}, h, batch["actions"], targets)
-    ce = sum(jnp.mean(-jnp.take_along_axis(jax.nn.log_softmax(l), targets[:, k:k + 1], -1))
+    teacher, g, tokens = model.apply({"params": _joined(params)}, h, batch["actions"],
+                                     targets)
+    ce = sum(-jnp.take_along_axis(jax.nn.log_softmax(l), targets[:, k:k + 1], -1)[:, 0]
              for k, l in enumerate(teacher))
     y = _encode({"encoder": extra["target"]}, batch["next_obs"])
     wrong = jnp.sum(tokens != targets, -1).astype(jnp.float32)
@@ -212,8 +276,7 @@ def _glance(method, spec, policy_params, key, config):
 
   def aux_loss(params, extra, mb):
     err, ce, _ = errors(params, extra, mb)
-    mask = 1.0 - mb["dones"].astype(err.dtype)
-    ground = jnp.sum(err * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    ground, ce = masked_mean(err, mb["dones"]), masked_mean(ce, mb["dones"])
     return config.aux_weight * (ground + config.lang_weight * ce), {
         "grounding_loss": ground, "language_ce": ce}
 
@@ -227,31 +290,26 @@ def _glance(method, spec, policy_params, key, config):
                       "wrong_slots": wrong.reshape(lead)}
 
   reinit = None if method == "glance_no_reinit" else (
-      lambda k: model.init(k, h0, jnp.zeros((1,), jnp.int32),
-                           jnp.zeros((1, 6), jnp.int32))["params"]["projector"])
-  return (Curiosity(intrinsic, aux_loss, _after_update(config, reinit)), params,
-          _target_extra(policy_params, key))
+      lambda k: model.init(k, *dummy)["params"]["projector"])
+  return Curiosity(intrinsic, aux_loss, _after_update(config, reinit)), init
 
 
-def _vision(method, spec, policy_params, key, config):
+def _vision(method, spec, config):
   """BYOL-Explore, or GLANCE without the linguistic bottleneck (re-initialised)."""
   model = VisionPredictor(spec.num_actions)
-  init = model.init(key, jnp.zeros((1, 128)), jnp.zeros((1,), jnp.int32))["params"]
-  params = {"policy": policy_params, "curiosity": {"model": {k: v for k, v in init.items()
-                                                           if k != "projector"},
-                                                   "projector": init["projector"]}}
+  dummy = (np.zeros((1, 128), np.float32), np.zeros((1,), np.int32))
+
+  def init(policy_params, key):
+    return (_with_projector(policy_params, model.init(key, *dummy)["params"]),
+            _target_extra(policy_params, key))
 
   def errors(params, extra, batch):
     h = _encode(params["policy"], batch["obs"])
-    p = model.apply({"params": {**params["curiosity"]["model"],
-                                "projector": params["curiosity"]["projector"]}},
-                    h, batch["actions"])
+    p = model.apply({"params": _joined(params)}, h, batch["actions"])
     return normalised_error(p, _encode({"encoder": extra["target"]}, batch["next_obs"]))
 
   def aux_loss(params, extra, mb):
-    err = errors(params, extra, mb)
-    mask = 1.0 - mb["dones"].astype(err.dtype)
-    loss = jnp.sum(err * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    loss = masked_mean(errors(params, extra, mb), mb["dones"])
     return config.aux_weight * loss, {"prediction_loss": loss}
 
   def intrinsic(params, extra, traj):
@@ -261,20 +319,21 @@ def _vision(method, spec, policy_params, key, config):
     return r, extra, {"intrinsic": jnp.mean(r), "raw_intrinsic": jnp.mean(err)}
 
   reinit = None if method == "byol" else (
-      lambda k: model.init(k, jnp.zeros((1, 128)), jnp.zeros((1,), jnp.int32))["params"]
-      ["projector"])
-  return (Curiosity(intrinsic, aux_loss, _after_update(config, reinit)), params,
-          _target_extra(policy_params, key))
+      lambda k: model.init(k, *dummy)["params"]["projector"])
+  return Curiosity(intrinsic, aux_loss, _after_update(config, reinit)), init
 
 
-def _rnd(method, spec, policy_params, key, config):
+def _rnd(method, spec, config):
   del method
   enc = GridEncoder(64)
-  k1, k2 = jax.random.split(key)
-  dummy = jnp.zeros((1,) + tuple(spec.obs_shape), jnp.uint8)
-  params = {"policy": policy_params,
-            "curiosity": {"predictor": enc.init(k1, dummy)["params"]}}
-  extra = {"random_target": enc.init(k2, dummy)["params"], "m2": jnp.zeros(()), "key": key}
+  dummy = np.zeros((1,) + tuple(spec.obs_shape), np.uint8)
+
+  def init(policy_params, key):
+    k1, k2 = jax.random.split(key)
+    return ({"policy": policy_params,
+             "curiosity": {"predictor": enc.init(k1, dummy)["params"]}},
+            {"random_target": enc.init(k2, dummy)["params"], "m2": jnp.zeros(()),
+             "key": key})
 
   def errors(params, extra, obs):
     p = enc.apply({"params": params["curiosity"]["predictor"]}, obs)
@@ -291,7 +350,7 @@ def _rnd(method, spec, policy_params, key, config):
     r, extra = _normalise(err.reshape(lead), traj["dones"], extra, config)
     return r, extra, {"intrinsic": jnp.mean(r), "raw_intrinsic": jnp.mean(err)}
 
-  return Curiosity(intrinsic, aux_loss, lambda p, e, u: (p, e)), params, extra
+  return Curiosity(intrinsic, aux_loss, lambda p, e, u: (p, e)), init
 
 
 class _ICM(nn.Module):
@@ -307,12 +366,15 @@ class _ICM(nn.Module):
     return inverse, forward, phi_next
 
 
-def _icm(method, spec, policy_params, key, config):
+def _icm(method, spec, config):
   del method
   model = _ICM(spec.num_actions)
-  dummy = jnp.zeros((1,) + tuple(spec.obs_shape), jnp.uint8)
-  params = {"policy": policy_params,
-            "curiosity": model.init(key, dummy, dummy, jnp.zeros((1,), jnp.int32))["params"]}
+  dummy = np.zeros((1,) + tuple(spec.obs_shape), np.uint8)
+
+  def init(policy_params, key):
+    curiosity = model.init(key, dummy, dummy, np.zeros((1,), np.int32))["params"]
+    return {"policy": policy_params, "curiosity": curiosity}, {"m2": jnp.zeros(()),
+                                                               "key": key}
 
   def parts(params, batch):
     inverse, forward, phi_next = model.apply({"params": params["curiosity"]}, batch["obs"],
@@ -323,9 +385,7 @@ def _icm(method, spec, policy_params, key, config):
 
   def aux_loss(params, extra, mb):
     err, ce = parts(params, mb)
-    mask = 1.0 - mb["dones"].astype(err.dtype)
-    inv = jnp.sum(ce * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-    fwd = jnp.sum(err * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    inv, fwd = masked_mean(ce, mb["dones"]), masked_mean(err, mb["dones"])
     return config.aux_weight * (0.8 * inv + 0.2 * fwd), {"inverse_loss": inv,
                                                          "forward_loss": fwd}
 
@@ -335,5 +395,4 @@ def _icm(method, spec, policy_params, key, config):
     r, extra = _normalise(err.reshape(lead), traj["dones"], extra, config)
     return r, extra, {"intrinsic": jnp.mean(r), "raw_intrinsic": jnp.mean(err)}
 
-  return (Curiosity(intrinsic, aux_loss, lambda p, e, u: (p, e)), params,
-          {"m2": jnp.zeros(()), "key": key})
+  return Curiosity(intrinsic, aux_loss, lambda p, e, u: (p, e)), init

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import jax
 
+from common import checks
 from common.rl.ppo import Env
 
 
@@ -49,11 +50,14 @@ def make_env(name: str, observation: str = "symbolic", **params) -> tuple[Env, E
     observation: "symbolic" (the (tile, colour) grid view, the only kind we use);
       "image" asks for RGB observations, which these environments do not give to
       the agent (they are a rendering), and is refused.
-    **params: env_params overrides (e.g. max_steps, view_size).
+    **params: env_params overrides (e.g. max_steps, an int >= 1, view_size).
 
   Raises:
-    ValueError: an unknown name (listing the valid ones) or observation kind.
+    ValueError: an unknown name (listing the valid ones) or observation kind, or
+      max_steps < 1.
   """
+  if "max_steps" in params:
+    checks.positive_int("max_steps", params["max_steps"])
   key = (name, observation, tuple(sorted(params.items())))
   try:
     hash(key)
