@@ -35,7 +35,7 @@ from common import report
 from common import timing
 from experiments.configs import interactive_proofs as config_module
 from experiments.plots import interactive_proofs as plots
-from methods.interactive_proofs import gkr, judges, oracles, simulation, spot_check
+from methods.interactive_proofs import gkr, judges, oracles, simulation, spot_check, sumcheck
 from methods.interactive_proofs.field import PrimeField
 
 
@@ -129,7 +129,7 @@ def _gkr_programs(F, ops, m: int):
     return simulation.cp_oracle(F, cp)
 
   compute = jax.jit(lambda cp: gkr.evaluate(F, ops, oracle_of(cp).fn(
-      simulation.sumcheck.cube(m)))[-1])
+      sumcheck.cube(m)))[-1])
   prove = jax.jit(lambda cp, coins: gkr.prove(F, ops, coins, oracle=oracle_of(cp)))
   check = jax.jit(lambda cp, t, coins, lines: gkr.check(F, ops, t, coins, oracle=oracle_of(cp),
                                                         test_lines=lines), static_argnums=3)
@@ -169,10 +169,11 @@ def scaling(config) -> dict:
 
 
 def _prover_queries(ops, degree: int, m: int) -> int:
-  """Oracle queries of the honest prover: N to evaluate the circuit, then the bottom
-  sum-check's (D + 1) 2^{m-1-i} points x 2 queries per round i, and 2 at its end."""
+  """Oracle queries of the honest prover: N to evaluate the circuit, then 2 per point of
+  the bottom sum-check ((D + 1) 2^{m-2-i} in round i, padding included:
+  `sumcheck.oracle_evaluations`), and 2 at its end."""
   d = gkr.layer_degree(ops[0], degree)
-  return 2**m + sum(2 * (d + 1) * 2**(m - 2 - i) for i in range(m - 1)) + 2
+  return 2**m + 2 * sumcheck.oracle_evaluations(m - 1, d) + 2
 
 
 def application(config, workdir: str) -> dict:

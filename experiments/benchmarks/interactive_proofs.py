@@ -101,7 +101,7 @@ def bench_sumcheck(F: PrimeField, n: int, repeats: int) -> dict:
   tables = rng.integers(0, P, (3, 2**n))
   challenges = rng.integers(0, P, n)
   statement = sumcheck.ProductSum(F.element(tables)[None], F.element([1]))
-  prove = jax.jit(lambda st, ch: sumcheck.run(sumcheck.TableProver(F, st, 3), ch).messages)
+  prove = jax.jit(lambda st, ch: sumcheck.run(sumcheck.TableProver.create(F, st, 3), ch).messages)
   ours = np.asarray(prove(statement, F.element(challenges)))
   py_tables, py_ch = [[int(v) for v in f] for f in tables], [int(v) for v in challenges]
   assert (ours == np.asarray(python_prover(py_tables, py_ch, 3))).all(), "messages disagree"

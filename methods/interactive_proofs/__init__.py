@@ -15,9 +15,9 @@ computation queries an oracle (a human, a model, a database), in two settings:
 
 The machinery is exact arithmetic in F_p, p < 2^31, on int64 words (`field`; jax x64
 mode), multilinear extensions and univariate round polynomials (`polynomials`), the
-sum-check protocol with linear-time provers (`sumcheck`; soundness n d / |F|), cheating
-provers (`provers`), and a model as the oracle (`judges`: the library's LM judging text
-windows). Everything is jit- and vmap-able, so 10^5 protocol runs are one program
+sum-check protocol with linear-time provers (`sumcheck`; soundness n d / |F| on the
+verifier's own coins, or Fiat-Shamir challenges), cheating provers (`provers`), and a
+model as the oracle (`judges`: the library's LM judging text windows). Everything is jit- and vmap-able, so 10^5 protocol runs are one program
 (`simulation`: one run on a random statement as a pure function of a key). See
 docs/interactive_proofs.md.
 """

@@ -80,12 +80,27 @@ class PrimeField:
     return self.p
 
   def element(self, x) -> jax.Array:
-    """Integers (Python ints of any size, numpy or jax arrays) reduced into [0, p)."""
+    """Integers (Python ints of any size, integer numpy or jax arrays) reduced into [0, p).
+
+    Raises:
+      ValueError: x holds a non-integer (2.5, 2.0, True): it names no field element,
+        and rounding it would silently change the statement.
+    """
     require_x64()
     if isinstance(x, jax.Array):
+      if not jnp.issubdtype(x.dtype, jnp.integer):
+        raise ValueError(f"F_{self.p} elements are integers, got a {x.dtype} array")
       return jnp.mod(x.astype(jnp.int64), self.p)
-    arr = np.asarray(np.asarray(x, dtype=object) % self.p, dtype=np.int64)
-    return jnp.asarray(arr, dtype=jnp.int64)
+    arr = np.asarray(x)
+    if arr.dtype.kind == "u":
+      return jnp.asarray((arr.astype(np.uint64) % np.uint64(self.p)).astype(np.int64))
+    if arr.dtype.kind == "i":
+      return jnp.asarray(arr.astype(np.int64) % np.int64(self.p))
+    arr = np.asarray(x, dtype=object)
+    for v in arr.flat:
+      if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"F_{self.p} elements are integers, got {v!r} ({type(v).__name__})")
+    return jnp.asarray(np.asarray(arr % self.p, dtype=np.int64), dtype=jnp.int64)
 
   def random(self, key, shape=()) -> jax.Array:
     """Uniform elements of F_p."""
@@ -156,7 +171,10 @@ class PrimeField:
     return result
 
   def inv(self, a):
-    """a^{-1} = a^{p-2} (Fermat); 0 maps to 0, which has no inverse."""
+    """a^{-1} = a^{p-2} (Fermat); 0 maps to 0, which has no inverse. In F_2 (p - 2 = 0,
+    where a^0 would map 0 to 1) every element is its own inverse."""
+    if self.p == 2:
+      return jnp.asarray(a)
     return self.pow(a, self.p - 2)
 
   def div(self, a, b):

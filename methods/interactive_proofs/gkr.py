@@ -108,15 +108,18 @@ def draw_coins(F: PrimeField, key, ops, m: int) -> Coins:
 
 
 def _table_prover(F, op, z, below):
+  """The layer's `ProductSum` prover and the layer-end values (a, b) = (W(r, 0), W(r, 1)),
+  read from its folded tables after the last round (each table's MLE at r)."""
   left, right = below[0::2], below[1::2]
   eq = poly.eq_table(F, z)
   if op == "add":
     st = sumcheck.ProductSum(jnp.stack([jnp.stack([eq, left]), jnp.stack([eq, right])]),
                              jnp.ones((2,), jnp.int64))
+    ends = lambda final, r: (final.tables[0, 1, 0], final.tables[1, 1, 0])
   else:
     st = sumcheck.ProductSum(jnp.stack([eq, left, right])[None], jnp.ones((1,), jnp.int64))
-  prover = sumcheck.TableProver(F, st, layer_degree(op))
-  return prover, lambda r: (poly.mle_eval(F, left, r), poly.mle_eval(F, right, r))
+    ends = lambda final, r: (final.tables[0, 1, 0], final.tables[0, 2, 0])
+  return sumcheck.TableProver.create(F, st, layer_degree(op)), ends
 
 
 def _oracle_points(points, bit):
@@ -128,9 +131,9 @@ def _oracle_prover(F, op, z, oracle: Oracle):
     a, b = oracle.fn(_oracle_points(points, 0)), oracle.fn(_oracle_points(points, 1))
     return F.mul(poly.eq_eval(F, z[None], points), apply_op(F, op, a, b))
 
-  prover = sumcheck.OracleProver(F, h, z.shape[0], layer_degree(op, oracle.degree))
-  answers = lambda r: tuple(oracle.fn(_oracle_points(r[None], bit))[0] for bit in (0, 1))
-  return prover, answers
+  prover = sumcheck.OracleProver.create(F, h, z.shape[0], layer_degree(op, oracle.degree))
+  ends = lambda final, r: tuple(oracle.fn(_oracle_points(r[None], bit))[0] for bit in (0, 1))
+  return prover, ends
 
 
 def prove(F: PrimeField, ops, coins: Coins, inputs=None, oracle: Optional[Oracle] = None,
@@ -146,15 +149,15 @@ def prove(F: PrimeField, ops, coins: Coins, inputs=None, oracle: Optional[Oracle
   for j, op in enumerate(reversed(ops)):
     l = len(ops) - j
     if l == 1 and oracle is not None:
-      honest, answers = _oracle_prover(F, op, z, oracle)
+      honest, ends = _oracle_prover(F, op, z, oracle)
     else:
-      honest, answers = _table_prover(F, op, z, values[l - 1])
-    prover = provers.Cheater(F, honest, claim, "optimal") if cheat else honest
-    t = sumcheck.run(prover, coins.r[j], claim)
-    a, b = answers(coins.r[j])
+      honest, ends = _table_prover(F, op, z, values[l - 1])
+    prover = provers.Cheater.create(F, honest, claim, "optimal") if cheat else honest
+    final, messages = sumcheck.rounds(prover, coins.r[j])
+    a, b = ends(final.honest if cheat else final, coins.r[j])
     if cheat:
-      a, b = _consistent(F, op, poly.eq_eval(F, z, coins.r[j]), prover.held, a, b)
-    layers.append(LayerMessages(t.messages, a, b))
+      a, b = _consistent(F, op, poly.eq_eval(F, z, coins.r[j]), final.held, a, b)
+    layers.append(LayerMessages(messages, a, b))
     z = jnp.concatenate([coins.r[j], coins.line[j:j + 1]])
     claim = F.add(a, F.mul(coins.line[j], F.sub(b, a)))
   return Transcript(output, tuple(layers))
@@ -184,7 +187,7 @@ def check(F: PrimeField, ops, transcript: Transcript, coins: Coins, inputs=None,
     last = _last_value(F, claim, msg.messages, coins.r[j])
     # The round sums (with the last round's value as its own end) and the layer end.
     sums_ok, _ = sumcheck.check_rounds(
-        F, sumcheck.Transcript(claim, msg.messages, coins.r[j]), last)
+        F, sumcheck.Transcript(claim, msg.messages, coins.r[j]), coins.r[j], last)
     reasons += [~sums_ok, sums_ok & (last != final)]
     z = jnp.concatenate([coins.r[j], coins.line[j:j + 1]])
     claim = F.add(msg.a, F.mul(coins.line[j], F.sub(msg.b, msg.a)))
@@ -221,6 +224,11 @@ def verifier_queries(oracle: Oracle, test_lines: int = 1) -> int:
 def _shape_problem(F: PrimeField, ops, transcript, m: int, oracle_degree: Optional[int]):
   """A one-line reason why `transcript` is not a well-formed GKR transcript, or None."""
   L = len(ops)
+  top = max(layer_degree(op, oracle_degree if j == L - 1 else None)
+            for j, op in enumerate(reversed(ops)))
+  if top >= F.p:
+    return (f"the verifier cannot check it: degree-{top} rounds need {top + 1} distinct "
+            f"points, but F_{F.p} has {F.p}")
   try:
     output, layers = np.asarray(transcript.output), tuple(transcript.layers)
   except (AttributeError, TypeError, ValueError) as e:

@@ -49,8 +49,8 @@ def eq_table(F: PrimeField, z):
   """The 2^n values eq(z, x) over the cube, big-endian, in O(2^n)."""
   table = jnp.ones((1,), dtype=z.dtype)
   for i in range(z.shape[-1]):
-    table = jnp.stack([F.mul(table, F.sub(1, z[i])), F.mul(table, z[i])], axis=-1)
-    table = table.reshape(-1)
+    pair = jnp.stack([F.sub(1, z[i]), z[i]])  # eq(z_i, 0), eq(z_i, 1)
+    table = F.mul(table[:, None], pair[None, :]).reshape(-1)
   return table
 
 

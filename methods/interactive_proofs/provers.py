@@ -19,6 +19,9 @@ honest from then on (and accepted). Strategies:
   no roots, so it is never accepted.
 """
 
+from typing import Any
+
+from flax import struct
 import jax
 import jax.numpy as jnp
 
@@ -47,45 +50,64 @@ def root_polynomial(F: PrimeField, degree: int):
   return jnp.asarray([v * scale % F.p for v in values], dtype=jnp.int64)
 
 
+@struct.dataclass
 class Cheater:
-  """Wraps an honest prover (`TableProver` / `OracleProver`) with a lying strategy.
+  """An honest prover (`sumcheck.TableProver` / `OracleProver`) wrapped with a lying
+  strategy: a pytree like the provers it wraps, so `sumcheck.rounds` scans it.
 
-  Args:
+  Make one with `Cheater.create(F, honest, claim, strategy, key)`:
     honest: the honest prover for the true statement.
     claim: the (false) value the cheater starts from.
     strategy: one of STRATEGIES.
     key: randomness of the "random" strategy.
   """
+  honest: Any
+  held: jax.Array  # the claim the cheater must now defend
+  key: jax.Array
+  round: jax.Array
+  F: PrimeField = struct.field(pytree_node=False)
+  strategy: str = struct.field(pytree_node=False)
 
-  def __init__(self, F: PrimeField, honest, claim, strategy: str, key=None):
+  @classmethod
+  def create(cls, F: PrimeField, honest, claim, strategy: str, key=None) -> "Cheater":
+    """Raises one line for an unknown strategy or a field too small for the lie."""
     if strategy not in STRATEGIES:
       raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    self.F, self.honest, self.held, self.strategy = F, honest, claim, strategy
-    self.degree = honest.degree
-    self.key = jax.random.PRNGKey(0) if key is None else key
-    self.round, self.sent = 0, None
-    self.roots = root_polynomial(F, self.degree)
+    root_polynomial(F, honest.degree)
+    key = jax.random.PRNGKey(0) if key is None else key
+    return cls(honest, jnp.asarray(claim, jnp.int64), key, jnp.zeros((), jnp.int32), F,
+               strategy)
+
+  @property
+  def degree(self) -> int:
+    return self.honest.degree
+
+  @property
+  def num_vars(self) -> int:
+    return self.honest.num_vars
 
   def claim(self):
     return self.held
 
   def message(self):
+    """s = h + delta with delta(0) + delta(1) = held - (h(0) + h(1)) (see above)."""
     F, h = self.F, self.honest.message()
     gap = F.sub(self.held, F.add(h[0], h[1]))  # 0 once the held claim is true
-    lies_now = self.strategy in ("optimal", "random") or self.round == 0
     if self.strategy in ("optimal", "one_round"):
-      delta = F.mul(gap, self.roots)
+      delta = F.mul(gap, root_polynomial(F, self.degree))
     elif self.strategy == "constant":
       delta = jnp.full_like(h, F.mul(gap, F.inv_int(2)))
     else:
-      self.key, sub = jax.random.split(self.key)
-      upper = F.random(sub, (self.degree,))
-      delta = jnp.concatenate([F.sub(gap, upper[:1]), upper])
-      delta = jnp.where(gap == 0, 0, delta)
-    self.sent = F.add(h, delta) if lies_now else h
-    return self.sent
+      upper = F.random(jax.random.split(self.key)[1], (self.degree,))
+      delta = jnp.where(gap == 0, 0, jnp.concatenate([F.sub(gap, upper[:1]), upper]))
+    lies_now = self.strategy in ("optimal", "random") or self.round == 0
+    return jnp.where(lies_now, F.add(h, delta), h)
 
-  def bind(self, r):
-    self.held = poly.lagrange_eval(self.F, self.sent, r)
-    self.honest.bind(r)
-    self.round += 1
+  def bind(self, sent, r) -> "Cheater":
+    key = jax.random.split(self.key)[0] if self.strategy == "random" else self.key
+    return self.replace(honest=self.honest.bind(sent, r),
+                        held=poly.lagrange_eval(self.F, sent, r), key=key,
+                        round=self.round + 1)
+
+  def compact(self, rounds_left: int) -> "Cheater":
+    return self.replace(honest=self.honest.compact(rounds_left))

@@ -27,12 +27,12 @@ def sumcheck_trial(F: PrimeField, key, num_vars: int, degree: int, terms: int,
   k_tab, k_coef, k_coins, k_lie = jax.random.split(key, 4)
   statement = sumcheck.ProductSum(F.random(k_tab, (terms, degree, 2**num_vars)),
                                   F.random(k_coef, (terms,)))
-  honest = sumcheck.TableProver(F, statement, degree)
-  prover = honest if strategy is None else provers.Cheater(
+  honest = sumcheck.TableProver.create(F, statement, degree)
+  prover = honest if strategy is None else provers.Cheater.create(
       F, honest, F.add(honest.claim(), 1), strategy, k_lie)
-  challenges = F.random(k_coins, (num_vars,))
-  transcript = sumcheck.run(prover, challenges)
-  return sumcheck.check_rounds(F, transcript, sumcheck.evaluate(F, statement, challenges))
+  coins = sumcheck.draw_coins(F, k_coins, num_vars)
+  transcript = sumcheck.run(prover, coins)
+  return sumcheck.check_rounds(F, transcript, coins, sumcheck.evaluate(F, statement, coins))
 
 
 def cp_oracle(F: PrimeField, cp: oracles.CPPolynomial) -> gkr.Oracle:
