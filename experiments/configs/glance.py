@@ -39,9 +39,8 @@ BASE = dict(
 PRESETS = {
     # What `make reproduce` runs: at most 8 minutes on 2 cores (MINUTES["quick"]).
     # DoorKey-6x6 only, PPO + GLANCE + the two vision-only rivals of claim 2, 3 seeds,
-    # 16 updates (re-init every 8, as 20 of 40): compiling the (env, method) updates
-    # dominates (GLANCE's about 200 s CPU, the others 35-60 s). At 20 updates it took
-    # 8.1 minutes idle with a cold compilation cache.
+    # 16 updates (re-init every 8, as 20 of 40): 5.4 minutes idle with a cold
+    # compilation cache (with the update's loops unrolled, 20 updates took 8.1).
     "quick": {"envs": ("MiniGrid-DoorKey-6x6",),
               "methods": ("none", "glance", "glance_no_bottleneck", "byol"),
               "seeds": 3, "num_updates": 16, "curiosity.reinit_every": 8},
@@ -70,7 +69,7 @@ PRESETS = {
 # and full <= 30.
 # quick: estimated from the idle 8.1-minute run at 20 updates (4 fewer updates x 3 seeds x
 # 4 methods; compiling is unchanged), not yet measured at 16.
-MINUTES = {"quick": 7.6, "full": None}
+MINUTES = {"quick": 5.5, "full": None}
 
 
 def get_config(preset: str | None = None):
