@@ -325,7 +325,8 @@ def _problem(F: PrimeField, transcript, coins, degree) -> Optional[str]:
     return f"the verifier cannot check it: {e}"
   coins = np.asarray(coins)
   if coins.ndim != 1 or not _in_field(F, coins):
-    return f"the verifier's coins must be (n,) elements of F_{F.p}, got {coins!r}"
+    return (f"the verifier's coins must be (n,) elements of F_{F.p}, got shape "
+            f"{coins.shape} of dtype {coins.dtype}")
   try:
     claim, messages, challenges = (np.asarray(x) for x in transcript)
   except (TypeError, ValueError) as e:
